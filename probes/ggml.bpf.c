@@ -1,0 +1,290 @@
+// profinfer-perfetto: uprobes on an unmodified llama.cpp / ggml CPU build.
+//
+// Two BPF ring buffers cross to user space, read in bulk without a wakeup per event:
+//   events: one fixed 56-byte record per token, graph, op and barrier boundary;
+//   nodes:  one descriptor per computed graph node (from the thread with ith == 0 only).
+// Every record of a ring has the same size, so the reader parses a whole ring as one
+// numpy array (profinfer_perfetto/capture/ringbuf.py and events.py mirror these structs).
+//
+// Defined by profinfer_perfetto/capture/bpf.py before this text:
+//   T_TYPE T_NE T_OP T_FLAGS T_SRC T_VIEW_SRC T_NAME T_SIZE  offsets in struct ggml_tensor
+//   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
+//   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
+//   N_SRC            sources described per node (<= GGML_MAX_SRC)
+//   N_COUNTERS       perf counters read with perf_read (0, 1 or 2)
+//   EVENT_PAGES NODE_PAGES  ring sizes in pages (powers of two)
+//   MAX_CPUS         size of the perf event arrays
+
+#include <uapi/linux/ptrace.h>
+
+#define EV_TOKEN_BEGIN 1
+#define EV_TOKEN_END 2
+#define EV_GRAPH_BEGIN 3
+#define EV_GRAPH_END 4
+#define EV_OP_BEGIN 5
+#define EV_BARRIER 6
+
+#define TOKEN_DECODE 0
+#define TOKEN_ENCODE 1
+
+#define LOST_EVENTS 0
+#define LOST_NODES 1
+
+struct event {
+    u64 ts;
+    u64 arg0;      // op: tensor; graph: cgraph; token: n_tokens (begin) or status (end)
+    u64 arg1;      // fused op: second tensor; graph: n_nodes | n_threads << 32
+    u64 counter[2];
+    u32 pid;
+    u32 tid;
+    u16 cpu;
+    u8 kind;
+    u8 ith;        // op begin: the thread's index in the graph's thread pool
+    u32 aux;       // op begin: pool size; token begin: TOKEN_DECODE or TOKEN_ENCODE; graph: backend id
+};
+
+struct src {
+    u64 ptr;
+    u64 view_src;
+    s64 ne[4];
+    u32 type;
+    u32 op;
+};
+
+struct node {
+    u64 ts;        // equals the ts of the op-begin event that described it
+    u64 ptr;
+    u64 view_src;
+    s64 ne[4];
+    u32 pid;
+    u32 tid;
+    u32 op;
+    s32 op_param0; // the sub-op of UNARY and GLU
+    u32 type;
+    u32 flags;
+    struct src src[N_SRC];
+    char name[64];
+};
+
+struct tensor_bytes {
+    u8 b[T_SIZE];
+};
+
+BPF_RINGBUF_OUTPUT(events, EVENT_PAGES);
+BPF_RINGBUF_OUTPUT(nodes, NODE_PAGES);
+BPF_PERCPU_ARRAY(lost, u64, 2);
+BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 1);
+#if N_COUNTERS > 0
+BPF_PERF_ARRAY(counter0, MAX_CPUS);
+#endif
+#if N_COUNTERS > 1
+BPF_PERF_ARRAY(counter1, MAX_CPUS);
+#endif
+
+static __always_inline void count_lost(int ring) {
+    u64 *n = lost.lookup(&ring);
+    if (n)
+        *n += 1;
+}
+
+static __always_inline struct event *begin_event(u8 kind) {
+    struct event *e = events.ringbuf_reserve(sizeof(struct event));
+    if (!e) {
+        count_lost(LOST_EVENTS);
+        return 0;
+    }
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    e->ts = bpf_ktime_get_boot_ns();
+    e->pid = pid_tgid >> 32;
+    e->tid = (u32)pid_tgid;
+    e->cpu = bpf_get_smp_processor_id();
+    e->kind = kind;
+    e->ith = 0;
+    e->aux = 0;
+    e->arg0 = 0;
+    e->arg1 = 0;
+#if N_COUNTERS > 0
+    e->counter[0] = counter0.perf_read(CUR_CPU_IDENTIFIER);
+#else
+    e->counter[0] = 0;
+#endif
+#if N_COUNTERS > 1
+    e->counter[1] = counter1.perf_read(CUR_CPU_IDENTIFIER);
+#else
+    e->counter[1] = 0;
+#endif
+    return e;
+}
+
+static __always_inline void submit(struct event *e) {
+    events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+// Copy one tensor's descriptor into the nodes ring; returns 0 when the ring is full.
+static __always_inline void describe(u64 ts, const void *tensor) {
+    int zero = 0;
+    struct tensor_bytes *t = scratch.lookup(&zero);
+    if (!t)
+        return;
+    struct node *n = nodes.ringbuf_reserve(sizeof(struct node));
+    if (!n) {
+        count_lost(LOST_NODES);
+        return;
+    }
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    n->ts = ts;
+    n->ptr = (u64)tensor;
+    n->pid = pid_tgid >> 32;
+    n->tid = (u32)pid_tgid;
+    if (bpf_probe_read_user(t->b, T_SIZE, tensor) != 0) {
+        __builtin_memset(t->b, 0, T_SIZE);
+    }
+    __builtin_memcpy(&n->type, t->b + T_TYPE, 4);
+    __builtin_memcpy(n->ne, t->b + T_NE, 32);
+    __builtin_memcpy(&n->op, t->b + T_OP, 4);
+    __builtin_memcpy(&n->op_param0, t->b + T_OP + 4, 4);
+    __builtin_memcpy(&n->flags, t->b + T_FLAGS, 4);
+    __builtin_memcpy(&n->view_src, t->b + T_VIEW_SRC, 8);
+    __builtin_memcpy(n->name, t->b + T_NAME, 64);
+    u64 srcs[N_SRC];
+    __builtin_memcpy(srcs, t->b + T_SRC, sizeof(srcs));
+#pragma unroll
+    for (int i = 0; i < N_SRC; i++) {
+        struct src *s = &n->src[i];
+        s->ptr = srcs[i];
+        s->view_src = 0;
+        s->type = 0;
+        s->op = 0;
+        __builtin_memset(s->ne, 0, 32);
+        if (!srcs[i])
+            continue;
+        if (bpf_probe_read_user(t->b, T_VIEW_SRC + 8, (void *)srcs[i]) != 0)
+            continue;
+        __builtin_memcpy(&s->type, t->b + T_TYPE, 4);
+        __builtin_memcpy(s->ne, t->b + T_NE, 32);
+        __builtin_memcpy(&s->op, t->b + T_OP, 4);
+        __builtin_memcpy(&s->view_src, t->b + T_VIEW_SRC, 8);
+    }
+    nodes.ringbuf_submit(n, BPF_RB_NO_WAKEUP);
+}
+
+// ggml_cpu_extra_compute_forward(params, tensor): entered by every thread for every node.
+int op_begin(struct pt_regs *ctx) {
+    struct event *e = begin_event(EV_OP_BEGIN);
+    if (!e)
+        return 0;
+    const void *params = (const void *)PT_REGS_PARM1(ctx);
+    const void *tensor = (const void *)PT_REGS_PARM2(ctx);
+    int ith_nth[2] = {0, 0};
+    bpf_probe_read_user(ith_nth, sizeof(ith_nth), params);
+    e->arg0 = (u64)tensor;
+    e->ith = ith_nth[0];
+    e->aux = ith_nth[1];
+    u64 ts = e->ts;
+    submit(e);
+    if (ith_nth[0] == 0)
+        describe(ts, tensor);
+    return 0;
+}
+
+// The call of ggml_compute_forward_rms_norm_mul_fused(params, rms_node, mul_node):
+// a fused node pair that bypasses ggml_cpu_extra_compute_forward.
+int fused_op_begin(struct pt_regs *ctx) {
+    struct event *e = begin_event(EV_OP_BEGIN);
+    if (!e)
+        return 0;
+    const void *params = (const void *)PT_REGS_PARM1(ctx);
+    const void *first = (const void *)PT_REGS_PARM2(ctx);
+    const void *second = (const void *)PT_REGS_PARM3(ctx);
+    int ith_nth[2] = {0, 0};
+    bpf_probe_read_user(ith_nth, sizeof(ith_nth), params);
+    e->arg0 = (u64)first;
+    e->arg1 = (u64)second;
+    e->ith = ith_nth[0];
+    e->aux = ith_nth[1];
+    u64 ts = e->ts;
+    submit(e);
+    if (ith_nth[0] == 0) {
+        describe(ts, first);
+        describe(ts, second);
+    }
+    return 0;
+}
+
+// A call of ggml_barrier in the graph loop function. Ops inlined there have barriers of their
+// own, so user space takes the last barrier before a thread's next op as the end of its share.
+int barrier_enter(struct pt_regs *ctx) {
+    struct event *e = begin_event(EV_BARRIER);
+    if (e)
+        submit(e);
+    return 0;
+}
+
+// ggml_graph_compute(cgraph, cplan) of the CPU backend (backend id 0).
+int graph_begin(struct pt_regs *ctx) {
+    struct event *e = begin_event(EV_GRAPH_BEGIN);
+    if (!e)
+        return 0;
+    const u8 *cgraph = (const u8 *)PT_REGS_PARM1(ctx);
+    const u8 *cplan = (const u8 *)PT_REGS_PARM2(ctx);
+    int n_nodes = 0, n_threads = 0;
+    bpf_probe_read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
+    bpf_probe_read_user(&n_threads, 4, cplan + CPLAN_N_THREADS);
+    e->arg0 = (u64)cgraph;
+    e->arg1 = (u32)n_nodes | ((u64)(u32)n_threads << 32);
+    submit(e);
+    return 0;
+}
+
+int graph_end(struct pt_regs *ctx) {
+    struct event *e = begin_event(EV_GRAPH_END);
+    if (!e)
+        return 0;
+    e->arg0 = PT_REGS_RC(ctx);
+    submit(e);
+    return 0;
+}
+
+static __always_inline int token_begin(u32 entry, s64 n_tokens) {
+    struct event *e = begin_event(EV_TOKEN_BEGIN);
+    if (!e)
+        return 0;
+    e->arg0 = (u64)n_tokens;
+    e->aux = entry;
+    submit(e);
+    return 0;
+}
+
+// llama_decode / llama_encode(ctx, struct llama_batch batch): batch.n_tokens is its first
+// field. The 56-byte struct is passed in memory: on the stack on x86-64, by reference on arm64.
+static __always_inline s64 batch_n_tokens(struct pt_regs *ctx) {
+    int n_tokens = -1;
+#if defined(__TARGET_ARCH_x86)
+    bpf_probe_read_user(&n_tokens, 4, (void *)(PT_REGS_SP(ctx) + 8));
+#elif defined(__TARGET_ARCH_arm64)
+    bpf_probe_read_user(&n_tokens, 4, (void *)PT_REGS_PARM2(ctx));
+#endif
+    return n_tokens;
+}
+
+int decode_begin(struct pt_regs *ctx) { return token_begin(TOKEN_DECODE, batch_n_tokens(ctx)); }
+int encode_begin(struct pt_regs *ctx) { return token_begin(TOKEN_ENCODE, batch_n_tokens(ctx)); }
+
+// llama_process(ctx, type, llama_batch_ext *batch): type 0 encodes, 1 decodes; the batch
+// holds a std::vector of BATCH_EXT_TOKEN_SIZE-byte tokens at BATCH_EXT_TOKENS.
+int process_begin(struct pt_regs *ctx) {
+    const u8 *batch = (const u8 *)PT_REGS_PARM3(ctx);
+    u64 tokens[2] = {0, 0};
+    bpf_probe_read_user(tokens, sizeof(tokens), batch + BATCH_EXT_TOKENS);
+    s64 n_tokens = (tokens[1] - tokens[0]) / BATCH_EXT_TOKEN_SIZE;
+    return token_begin(PT_REGS_PARM2(ctx) == 0 ? TOKEN_ENCODE : TOKEN_DECODE, n_tokens);
+}
+
+int token_end(struct pt_regs *ctx) {
+    struct event *e = begin_event(EV_TOKEN_END);
+    if (!e)
+        return 0;
+    e->arg0 = PT_REGS_RC(ctx);
+    submit(e);
+    return 0;
+}

@@ -1,0 +1,193 @@
+"""Compile probes/ggml.bpf.c with BCC, attach it to a target and read what it sends.
+
+Uprobes are attached through libbcc's `bpf_attach_uprobe` with all seven of its arguments.
+Debian's BCC 0.26 Python binding declares six, so the seventh, `ref_ctr_offset`, arrives as
+whatever is in the register: the kernel then takes that file offset of the probed library as
+a USDT semaphore, increments it in the target's memory and refuses other tracers on the same
+function. We pass 0: no semaphore, nothing written into the target.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import EVENT, N_SRC, NODE
+from profinfer_perfetto.capture.ggml import GgmlInfo
+from profinfer_perfetto.capture.ringbuf import RingReader
+from profinfer_perfetto.capture.target import Probe
+from profinfer_perfetto.errors import ProfinferError
+
+# perf_event_open types and configs by the names `perf list` uses.
+SOFTWARE_COUNTERS = {
+    "cpu-clock": 0,
+    "task-clock": 1,
+    "page-faults": 2,
+    "context-switches": 3,
+    "cpu-migrations": 4,
+    "minor-faults": 5,
+    "major-faults": 6,
+}
+HARDWARE_COUNTERS = {
+    "cycles": 0,
+    "instructions": 1,
+    "cache-references": 2,
+    "cache-misses": 3,
+    "branch-instructions": 4,
+    "branch-misses": 5,
+    "bus-cycles": 6,
+    "stalled-cycles-frontend": 7,
+    "stalled-cycles-backend": 8,
+    "ref-cycles": 9,
+}
+_PERF_TYPE_HARDWARE = 0
+_PERF_TYPE_SOFTWARE = 1
+MAX_COUNTERS = 2
+
+
+@dataclass(frozen=True)
+class RingSizes:
+    event_pages: int = 4096
+    node_pages: int = 4096
+
+
+def probe_source() -> str:
+    """The BPF C source shipped with the package (or beside it, in a source checkout)."""
+    packaged = resources.files("profinfer_perfetto").joinpath("probes/ggml.bpf.c")
+    if packaged.is_file():
+        return packaged.read_text()
+    return (Path(__file__).resolve().parents[2] / "probes" / "ggml.bpf.c").read_text()
+
+
+def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes) -> str:
+    """The exact program BCC compiles: our definitions, then probes/ggml.bpf.c."""
+    layout, runtime = ggml.layout, ggml.runtime
+    defines = {
+        "T_TYPE": layout.type,
+        "T_NE": layout.ne,
+        "T_OP": layout.op,
+        "T_FLAGS": layout.flags,
+        "T_SRC": layout.src,
+        "T_VIEW_SRC": layout.view_src,
+        "T_NAME": layout.name,
+        "T_SIZE": layout.size,
+        "CGRAPH_N_NODES": runtime.cgraph_n_nodes,
+        "CPLAN_N_THREADS": runtime.cplan_n_threads,
+        "BATCH_EXT_TOKENS": runtime.batch_ext_tokens,
+        "BATCH_EXT_TOKEN_SIZE": runtime.batch_ext_token_size,
+        "N_SRC": min(N_SRC, layout.n_src),
+        "N_COUNTERS": len(counters),
+        "EVENT_PAGES": rings.event_pages,
+        "NODE_PAGES": rings.node_pages,
+        "MAX_CPUS": os.cpu_count() or 1,
+    }
+    head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    return head + probe_source()
+
+
+def counter_config(name: str) -> tuple[int, int]:
+    if name in SOFTWARE_COUNTERS:
+        return _PERF_TYPE_SOFTWARE, SOFTWARE_COUNTERS[name]
+    if name in HARDWARE_COUNTERS:
+        return _PERF_TYPE_HARDWARE, HARDWARE_COUNTERS[name]
+    known = ", ".join([*SOFTWARE_COUNTERS, *HARDWARE_COUNTERS])
+    raise ProfinferError(f"unknown counter {name!r} (known: {known})")
+
+
+def _import_bcc() -> Any:
+    try:
+        import bcc
+    except ImportError:
+        raise ProfinferError(
+            "BCC's Python module is not importable: install Debian's python3-bpfcc "
+            "(run `profinfer-perfetto doctor`)"
+        ) from None
+    return bcc
+
+
+def _attach_uprobe_fn() -> Any:
+    lib = ctypes.CDLL("libbcc.so.0")
+    fn = lib.bpf_attach_uprobe
+    fn.restype = ctypes.c_int
+    fn.argtypes = [
+        ctypes.c_int,  # prog fd
+        ctypes.c_int,  # attach type: 0 entry, 1 return
+        ctypes.c_char_p,  # event name
+        ctypes.c_char_p,  # binary path
+        ctypes.c_uint64,  # file offset
+        ctypes.c_int,  # pid, -1 for all
+        ctypes.c_uint32,  # ref_ctr_offset
+    ]
+    return fn
+
+
+class ProbeSession:
+    """The loaded program, its uprobes on one process and the readers of its rings."""
+
+    def __init__(self, text: str, counters: list[str], rings: RingSizes) -> None:
+        bcc = _import_bcc()
+        self._counters = counters
+        configs = [counter_config(c) for c in counters]
+        try:
+            self._bpf = bcc.BPF(text=text.encode())
+        except Exception as exc:
+            raise ProfinferError(f"the BPF program did not load: {exc}") from exc
+        for name, (kind, config) in zip(("counter0", "counter1"), configs, strict=False):
+            try:
+                self._bpf[name].open_perf_event(kind, config)
+            except Exception:
+                label = counters[int(name[-1])]
+                raise ProfinferError(
+                    f"counter {label} cannot be opened on this machine"
+                    + (" (it has no hardware PMU)" if kind == _PERF_TYPE_HARDWARE else "")
+                ) from None
+        page = os.sysconf("SC_PAGE_SIZE")
+        self.events = RingReader(self._bpf["events"].map_fd, rings.event_pages * page, EVENT)
+        self.nodes = RingReader(self._bpf["nodes"].map_fd, rings.node_pages * page, NODE)
+        self._attach = _attach_uprobe_fn()
+
+    def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
+        for probe in probes:
+            fn = self._bpf.load_func(probe.fn.encode(), self._bpf.KPROBE)
+            ev_name = b"pi_%s_%d_%x_%d" % (probe.fn.encode(), pid, probe.offset, probe.ret)
+            fd = self._attach(
+                fn.fd, int(probe.ret), ev_name, str(probe.path).encode(), probe.offset, pid, 0
+            )
+            if fd < 0:
+                raise ProfinferError(
+                    f"cannot attach a uprobe to {probe.where} in {probe.path}: "
+                    f"{os.strerror(ctypes.get_errno() or 22)}"
+                )
+            # BCC's own bookkeeping, so that its cleanup detaches these probes too.
+            self._bpf._add_uprobe_fd(ev_name, fd)
+
+    def lost(self) -> tuple[int, int]:
+        """Events and node descriptors dropped because a ring was full."""
+        table = self._bpf["lost"]
+        return tuple(int(sum(table[table.Key(i)])) for i in range(2))  # type: ignore[return-value]
+
+    def read(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.events.read(), self.nodes.read()
+
+    def close(self) -> None:
+        self.events.close()
+        self.nodes.close()
+        self._bpf.cleanup()
+
+    def __enter__(self) -> ProbeSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

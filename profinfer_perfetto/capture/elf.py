@@ -1,0 +1,193 @@
+"""Symbols, segments and call sites of an ELF file: what the probes attach to.
+
+A uprobe is placed at a file offset. Exported functions come from `.dynsym` (kept when a
+library is stripped), static ones from `.symtab` when present. Call sites inside a
+function are found by disassembling it with binutils' `objdump`; function bounds come
+from `.eh_frame`, so this works on stripped libraries too.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from profinfer_perfetto.errors import ProfinferError
+
+_ELF_MAGIC = b"\x7fELF"
+_PT_LOAD = 1
+_PT_INTERP = 3
+_SHT_SYMTAB = 2
+_SHT_RELA = 4
+_SHT_DYNSYM = 11
+_R_X86_64_RELATIVE = 8
+_R_AARCH64_RELATIVE = 1027
+_SHN_UNDEF = 0
+_STT_OBJECT = 1
+_STT_FUNC = 2
+_STT_GNU_IFUNC = 10
+
+_CALL = re.compile(r"^\s*([0-9a-f]+):\s+call[a-z]*\s+[0-9a-f]+ <([^>+@]+)(@plt)?(\+0x0)?>")
+_FDE = re.compile(r"\bFDE\b.*pc=([0-9a-f]+)\.\.([0-9a-f]+)")
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    vaddr: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    vaddr: int
+    offset: int
+    filesz: int
+    executable: bool
+
+
+class ElfFile:
+    """A 64-bit little-endian ELF file, read once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._data = path.read_bytes()
+        except OSError as exc:
+            raise ProfinferError(f"cannot read {path}: {exc.strerror}") from exc
+        if self._data[:4] != _ELF_MAGIC or self._data[4] != 2 or self._data[5] != 1:
+            raise ProfinferError(f"{path} is not a 64-bit little-endian ELF file")
+        (self.e_type, self.machine) = struct.unpack_from("<HH", self._data, 16)
+        (phoff, shoff) = struct.unpack_from("<QQ", self._data, 32)
+        (phentsize, phnum, shentsize, shnum) = struct.unpack_from("<HHHH", self._data, 54)
+        self.segments: list[Segment] = []
+        self.interpreted = False
+        for i in range(phnum):
+            p_type, p_flags, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
+                "<IIQQQQ", self._data, phoff + i * phentsize
+            )
+            if p_type == _PT_LOAD:
+                self.segments.append(Segment(p_vaddr, p_offset, p_filesz, bool(p_flags & 1)))
+            self.interpreted |= p_type == _PT_INTERP
+        self._sections = [
+            struct.unpack_from("<IIQQQQIIQQ", self._data, shoff + i * shentsize)
+            for i in range(shnum)
+        ]
+
+    @property
+    def is_shared_library(self) -> bool:
+        """A shared object one can dlopen (not a PIE executable, which has an interpreter)."""
+        return self.e_type == 3 and not self.interpreted
+
+    @cached_property
+    def has_symtab(self) -> bool:
+        return any(s[1] == _SHT_SYMTAB for s in self._sections)
+
+    @cached_property
+    def symbols(self) -> dict[str, Symbol]:
+        """Defined function and object symbols; `.symtab` wins over `.dynsym`."""
+        found: dict[str, Symbol] = {}
+        for kind in (_SHT_DYNSYM, _SHT_SYMTAB):
+            for sec in self._sections:
+                if sec[1] == kind:
+                    found.update(self._read_symbols(sec))
+        return found
+
+    def _read_symbols(self, sec: tuple[int, ...]) -> dict[str, Symbol]:
+        _, _, _, _, offset, size, link, _, _, entsize = sec
+        strtab = self._sections[link]
+        str_off = strtab[4]
+        out: dict[str, Symbol] = {}
+        for pos in range(offset, offset + size, entsize):
+            st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from(
+                "<IBBHQQ", self._data, pos
+            )
+            if st_shndx == _SHN_UNDEF or (st_info & 0xF) not in (
+                _STT_FUNC,
+                _STT_OBJECT,
+                _STT_GNU_IFUNC,
+            ):
+                continue
+            end = self._data.index(b"\0", str_off + st_name)
+            name = self._data[str_off + st_name : end].decode(errors="replace")
+            out[name] = Symbol(name, st_value, st_size)
+        return out
+
+    def file_offset(self, vaddr: int) -> int:
+        """The file offset at which the byte of virtual address `vaddr` lies."""
+        for seg in self.segments:
+            if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+                return vaddr - seg.vaddr + seg.offset
+        raise ProfinferError(f"address {vaddr:#x} is in no loaded segment of {self.path}")
+
+    def read(self, vaddr: int, size: int) -> bytes:
+        """Bytes of the file image at a virtual address."""
+        offset = self.file_offset(vaddr)
+        return self._data[offset : offset + size]
+
+    @cached_property
+    def _relative_relocations(self) -> dict[int, int]:
+        """Where the loader writes `base + addend` (pointers in position-independent code)."""
+        out: dict[int, int] = {}
+        for sec in self._sections:
+            if sec[1] != _SHT_RELA:
+                continue
+            offset, size = sec[4], sec[5]
+            for pos in range(offset, offset + size, 24):
+                r_offset, r_info, r_addend = struct.unpack_from("<QQq", self._data, pos)
+                if (r_info & 0xFFFFFFFF) in (_R_X86_64_RELATIVE, _R_AARCH64_RELATIVE):
+                    out[r_offset] = r_addend
+        return out
+
+    def pointer_at(self, vaddr: int) -> int:
+        """The pointer stored at `vaddr` once loaded, relative to the load base."""
+        reloc = self._relative_relocations.get(vaddr)
+        return reloc if reloc is not None else int.from_bytes(self.read(vaddr, 8), "little")
+
+    def string_at(self, vaddr: int) -> str:
+        offset = self.file_offset(vaddr)
+        return self._data[offset : self._data.index(b"\0", offset)].decode(errors="replace")
+
+    def call_sites(self, caller_calls: str, callees: tuple[str, ...]) -> dict[str, list[int]]:
+        """Addresses of calls to each of `callees` inside every function that calls `caller_calls`.
+
+        Functions are bounded by their `.eh_frame` entries; a call is matched by the callee's
+        name, direct or through the PLT.
+        """
+        ranges = self._function_ranges()
+        starts = [r[0] for r in ranges]
+        calls: list[tuple[int, str]] = []
+        for line in objdump(self.path, "-d", "--no-show-raw-insn").splitlines():
+            m = _CALL.match(line)
+            if m:
+                calls.append((int(m.group(1), 16), m.group(2)))
+
+        def function_of(addr: int) -> int:
+            i = bisect.bisect_right(starts, addr) - 1
+            return i if i >= 0 and addr < ranges[i][1] else -1
+
+        callers = {function_of(a) for a, name in calls if name == caller_calls} - {-1}
+        sites: dict[str, list[int]] = {c: [] for c in callees}
+        for addr, name in calls:
+            if name in sites and function_of(addr) in callers:
+                sites[name].append(addr)
+        return sites
+
+    def _function_ranges(self) -> list[tuple[int, int]]:
+        out = objdump(self.path, "--dwarf=frames")
+        return sorted((int(a, 16), int(b, 16)) for a, b in _FDE.findall(out))
+
+
+def objdump(path: Path, *args: str) -> str:
+    exe = shutil.which("objdump")
+    if exe is None:
+        raise ProfinferError("objdump (binutils) is needed to find call sites: install binutils")
+    proc = subprocess.run([exe, *args, str(path)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ProfinferError(f"objdump could not read {path}: {proc.stderr.strip()}")
+    return proc.stdout

@@ -1,0 +1,202 @@
+"""Run a capture: start or find the target, attach the probes, drain the rings until it ends.
+
+The result is a `Recording`: the events and node descriptors as numpy arrays, and what is
+known about the process, its threads and how the capture ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import numpy as np
+
+from profinfer_perfetto.capture import target
+from profinfer_perfetto.capture.bpf import ProbeSession, RingSizes, program_text
+from profinfer_perfetto.capture.events import EVENT, NODE
+from profinfer_perfetto.capture.ggml import GgmlInfo
+from profinfer_perfetto.capture.target import ProbePlan
+from profinfer_perfetto.errors import ProfinferError
+
+DRAIN_INTERVAL_S = 0.1
+
+
+@dataclass
+class Recording:
+    events: np.ndarray
+    nodes: np.ndarray
+    ggml: GgmlInfo
+    pid: int
+    process_name: str
+    cmdline: list[str]
+    threads: dict[int, str]
+    counters: list[str]
+    lost_events: int
+    lost_nodes: int
+    begin_ns: int
+    end_ns: int
+    status: str
+    """complete, or what cut the capture short (target crash, signal to the recorder)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    command: list[str] | None = None
+    pid: int | None = None
+    duration_s: float | None = None
+    counters: tuple[str, ...] = ("context-switches",)
+    libs: tuple[Path, ...] = ()
+    rings: RingSizes = RingSizes()
+
+
+def plan(request: RecordRequest) -> ProbePlan:
+    extra = list(request.libs)
+    if request.command:
+        return target.plan_probes(target.objects_of_command(request.command, extra))
+    if request.pid is None:
+        raise ProfinferError("give a command to run or --pid of a running process")
+    return target.plan_probes(target.objects_of_process(request.pid, extra))
+
+
+def boot_ns() -> int:
+    """Now on the clock the probes use (bpf_ktime_get_boot_ns)."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+class _Stop:
+    """Set by SIGINT or SIGTERM to the recorder; the capture then finalises."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
+
+    def __enter__(self) -> _Stop:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+# Run in the child: wait for a byte on the pipe, then become the command (same PID).
+_HOLD_THEN_EXEC = (
+    "import os, sys; os.read(int(sys.argv[1]), 1); os.execvp(sys.argv[2], sys.argv[2:])"
+)
+
+
+def _launch_paused(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the command held before its exec until the probes are attached."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_THEN_EXEC, str(read_fd), *command], pass_fds=(read_fd,)
+        )
+    except OSError as exc:
+        raise ProfinferError(f"cannot run {command[0]}: {exc.strerror}") from exc
+    finally:
+        os.close(read_fd)
+    return proc, write_fd
+
+
+def record(request: RecordRequest, probe_plan: ProbePlan) -> Recording:
+    if os.geteuid() != 0:
+        raise ProfinferError("recording attaches eBPF probes and needs root: run it with sudo")
+    text = program_text(probe_plan.ggml, list(request.counters), request.rings)
+    event_chunks: list[np.ndarray] = []
+    node_chunks: list[np.ndarray] = []
+    threads: dict[int, str] = {}
+    with ProbeSession(text, list(request.counters), request.rings) as session, _Stop() as stop:
+        proc: subprocess.Popen[bytes] | None = None
+        if request.command:
+            proc, go = _launch_paused(request.command)
+            pid = proc.pid
+        else:
+            assert request.pid is not None
+            pid = request.pid
+            if not target.is_alive(pid):
+                raise ProfinferError(f"no process with PID {pid}")
+        try:
+            session.attach(probe_plan.probes, pid)
+        except ProfinferError:
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+            raise
+        begin = boot_ns()
+        if proc is not None:
+            os.write(go, b"g")
+            os.close(go)
+        if request.command:
+            process_name, cmdline = Path(request.command[0]).name, list(request.command)
+        else:
+            process_name, cmdline = target.process_name(pid), target.process_cmdline(pid)
+        deadline = None if request.duration_s is None else time.monotonic() + request.duration_s
+        status = "complete"
+
+        def drain() -> None:
+            events, nodes = session.read()
+            if events.size:
+                event_chunks.append(events)
+                for tid in np.unique(events["tid"]).tolist():
+                    if tid not in threads:
+                        threads[tid] = target.thread_name(pid, tid) or f"thread {tid}"
+            if nodes.size:
+                node_chunks.append(nodes)
+
+        while True:
+            time.sleep(DRAIN_INTERVAL_S)
+            drain()
+            if proc is not None and proc.poll() is not None:
+                if proc.returncode < 0:
+                    status = f"target killed by {signal.Signals(-proc.returncode).name}"
+                break
+            if proc is None and not target.is_alive(pid):
+                break
+            if stop.signal is not None:
+                status = f"recorder stopped by {signal.Signals(stop.signal).name}"
+                if proc is not None:
+                    proc.send_signal(stop.signal)
+                    proc.wait()
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                status = "complete" if proc is None else "duration reached"
+                if proc is not None:
+                    proc.terminate()
+                    proc.wait()
+                break
+        drain()
+        end = boot_ns()
+        lost_events, lost_nodes = session.lost()
+    return Recording(
+        events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),
+        nodes=np.concatenate(node_chunks) if node_chunks else np.empty(0, NODE),
+        ggml=probe_plan.ggml,
+        pid=pid,
+        process_name=process_name,
+        cmdline=cmdline,
+        threads=threads,
+        counters=list(request.counters),
+        lost_events=lost_events,
+        lost_nodes=lost_nodes,
+        begin_ns=begin,
+        end_ns=end,
+        status=status,
+        notes=list(probe_plan.notes),
+    )

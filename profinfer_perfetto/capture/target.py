@@ -1,0 +1,169 @@
+"""Where to put the probes in a target: the files it maps and the offsets of the runtime's functions.
+
+A launched command is resolved from its executable and the libraries the loader would map for
+it (`ldd`); a running process from `/proc/PID/maps`, read through `/proc/PID/root` so that a
+process in a container resolves too. Libraries are found by what they define, not by name, so
+static builds (everything in the executable) and shared ones (libggml-cpu.so.0, ...) both work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from profinfer_perfetto.capture.elf import ElfFile
+from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
+from profinfer_perfetto.errors import ProfinferError
+
+OP_SYMBOL = "ggml_cpu_extra_compute_forward"
+FUSED_SYMBOL = "ggml_compute_forward_rms_norm_mul_fused"
+GRAPH_SYMBOL = "ggml_graph_compute"
+NAMES_SYMBOL = "ggml_op_name"
+BARRIER_SYMBOLS = ("ggml_barrier", "GOMP_barrier")
+TOKEN_SYMBOLS = {"llama_decode": "decode_begin", "llama_encode": "encode_begin",
+                 "llama_process": "process_begin"}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One uprobe: BPF function `fn` runs at `offset` of `path` (or on return, if `ret`)."""
+
+    fn: str
+    path: Path
+    offset: int
+    where: str
+    ret: bool = False
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    probes: tuple[Probe, ...]
+    ggml: GgmlInfo
+    notes: tuple[str, ...]
+    """What the plan could not do on this build, in a sentence each (shown in the summary)."""
+
+    @property
+    def separates_barrier_wait(self) -> bool:
+        return any(p.fn == "barrier_enter" for p in self.probes)
+
+
+def objects_of_command(command: list[str], extra: list[Path]) -> list[Path]:
+    """The executable of a command line and the shared objects the loader maps for it."""
+    exe = shutil.which(command[0])
+    if exe is None:
+        raise ProfinferError(f"command not found: {command[0]}")
+    objects = [Path(exe).resolve()]
+    ldd = shutil.which("ldd")
+    if ldd is not None:
+        out = subprocess.run([ldd, exe], capture_output=True, text=True, check=False).stdout
+        objects += [Path(m) for m in re.findall(r"=>\s+(/\S+)\s+\(", out)]
+    return objects + extra
+
+
+def objects_of_process(pid: int, extra: list[Path]) -> list[Path]:
+    """Files mapped executable by a running process, as paths valid from this namespace."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except FileNotFoundError:
+        raise ProfinferError(f"no process with PID {pid}") from None
+    except PermissionError:
+        raise ProfinferError(f"cannot read the memory map of PID {pid}: run as root") from None
+    paths: list[Path] = []
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/"):
+            path = Path(f"/proc/{pid}/root{fields[5]}")
+            if path not in paths:
+                paths.append(path)
+    return paths + extra
+
+
+def _defining(files: list[ElfFile], symbol: str) -> ElfFile | None:
+    return next((f for f in files if symbol in f.symbols), None)
+
+
+def plan_probes(objects: list[Path]) -> ProbePlan:
+    """Find every probed function in the target's files; refuse if the runtime is not there."""
+    files = [ElfFile(p) for p in dict.fromkeys(objects) if p.exists()]
+    names = [str(objects[0])] + [f.path.name for f in files[1:]]
+    probes: list[Probe] = []
+    notes: list[str] = []
+
+    def entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
+        return Probe(fn, f.path, f.file_offset(f.symbols[symbol].vaddr), symbol, ret)
+
+    def require(symbol: str) -> ElfFile:
+        found = _defining(files, symbol)
+        if found is None:
+            raise ProfinferError(
+                f"{symbol} is not defined in {', '.join(names)}: "
+                "is this a ggml CPU build with symbols (not stripped of them)?"
+            )
+        return found
+
+    op_file = require(OP_SYMBOL)
+    graph_file = require(GRAPH_SYMBOL)
+    ggml = read_ggml_info(require(NAMES_SYMBOL))
+    probes.append(entry(op_file, OP_SYMBOL, "op_begin"))
+    probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
+    probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
+
+    sites = op_file.call_sites(OP_SYMBOL, (*BARRIER_SYMBOLS, FUSED_SYMBOL))
+    for callee, addrs in sites.items():
+        fn = "fused_op_begin" if callee == FUSED_SYMBOL else "barrier_enter"
+        probes += [
+            Probe(fn, op_file.path, op_file.file_offset(a), f"call {callee} at {a:#x}")
+            for a in addrs
+        ]
+    if not any(sites[b] for b in BARRIER_SYMBOLS):
+        notes.append(
+            f"no call of ggml_barrier found in {op_file.path.name}'s graph loop: "
+            "barrier wait is counted as op time"
+        )
+    if not sites[FUSED_SYMBOL] and FUSED_SYMBOL in op_file.symbols:
+        probes.append(entry(op_file, FUSED_SYMBOL, "fused_op_begin"))
+
+    for symbol, fn in TOKEN_SYMBOLS.items():
+        token_file = _defining(files, symbol)
+        if token_file is not None:
+            probes.append(entry(token_file, symbol, fn))
+            probes.append(entry(token_file, symbol, "token_end", ret=True))
+    if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
+        notes.append("no llama_decode in the target: no token steps, graphs only")
+    return ProbePlan(tuple(probes), ggml, tuple(notes))
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return f"pid {pid}"
+
+
+def thread_name(pid: int, tid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def process_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
