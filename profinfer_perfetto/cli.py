@@ -1,0 +1,94 @@
+"""The command line: thin typer wiring over the command classes in profinfer_perfetto/commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from profinfer_perfetto import __version__
+from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes
+from profinfer_perfetto.capture.recorder import RecordRequest
+from profinfer_perfetto.commands import doctor
+from profinfer_perfetto.commands.record import RecordCommand
+from profinfer_perfetto.errors import ProfinferError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="eBPF operator-level profiler for llama.cpp / ggml that writes Perfetto traces.",
+)
+
+# Exit codes: 0 done, 1 a verdict or check failed, 2 bad input or machine.
+EXIT_INPUT = 2
+
+
+@app.command()
+def record(
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The command to run and trace, after --.")
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Trace file to write.")] = Path(
+        "profinfer.pftrace"
+    ),
+    pid: Annotated[int | None, typer.Option(help="Attach to this running process.")] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Stop after this many seconds.", min=0.0)
+    ] = None,
+    counter: Annotated[
+        list[str] | None,
+        typer.Option(help="perf counter read at each op's start and end (up to 2); "
+                     "'none' for no counter.  [default: context-switches]"),
+    ] = None,
+    lib: Annotated[
+        list[Path] | None,
+        typer.Option(help="Also search this library for the runtime (one the target dlopens)."),
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="Write Chrome trace JSON.")] = False,
+    ebpf: Annotated[bool, typer.Option("--ebpf", help="Print the BPF program and exit.")] = False,
+    ring_pages: Annotated[
+        int, typer.Option(help="Pages of each BPF ring buffer (a power of two).")
+    ] = RingSizes().event_pages,
+) -> None:
+    """Trace a llama.cpp run (a command, or --pid) into a Perfetto trace."""
+    counters = ["context-switches"] if counter is None else [c for c in counter if c != "none"]
+    if len(counters) > MAX_COUNTERS:
+        raise ProfinferError(f"at most {MAX_COUNTERS} counters can be read per op")
+    if bool(command) == (pid is not None):
+        raise ProfinferError("give either a command to run (after --) or --pid, not both")
+    if ring_pages <= 0 or ring_pages & (ring_pages - 1):
+        raise ProfinferError(f"--ring-pages must be a power of two, not {ring_pages}")
+    request = RecordRequest(
+        command=command or None,
+        pid=pid,
+        duration_s=duration,
+        counters=tuple(counters),
+        libs=tuple(lib or ()),
+        rings=RingSizes(ring_pages, ring_pages),
+    )
+    raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
+
+
+@app.command("doctor")
+def doctor_command() -> None:
+    """Report what this machine offers (root, BPF, BCC, headers, counters) and how to fix gaps."""
+    raise typer.Exit(doctor.run())
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    print(f"profinfer-perfetto {__version__}")
+
+
+def main() -> None:
+    try:
+        app()
+    except ProfinferError as exc:
+        print(f"profinfer-perfetto: {exc}", file=sys.stderr)
+        sys.exit(EXIT_INPUT)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,106 @@
+"""`profinfer-perfetto doctor`: what this machine offers for recording and querying, with fixes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from profinfer_perfetto.capture.bpf import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_config
+
+_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _perf_event_opens(counter: str) -> bool:
+    """Can this process open the counter for itself (perf_event_open(2))?"""
+    number = _PERF_EVENT_OPEN.get(platform.machine())
+    if number is None:
+        return False
+    kind, config = counter_config(counter)
+    attr = (ctypes.c_uint8 * 128)()
+    ctypes.memmove(attr, (ctypes.c_uint32 * 2)(kind, 128), 8)
+    ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(config), 8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(number, attr, 0, -1, -1, 0)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    numbers = platform.release().split("-")[0].split(".")
+    return (int(numbers[0]), int(numbers[1])) >= (major, minor)
+
+
+def _bcc_imports() -> bool:
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def checks() -> list[Check]:
+    release = platform.release()
+    build = Path(f"/lib/modules/{release}/build")
+    tracefs = next(
+        (p for p in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+         if (p / "uprobe_events").exists()),
+        None,
+    )
+    tp_bin = os.environ.get("PROFINFER_TP_BIN")
+    sw = [c for c in SOFTWARE_COUNTERS if _perf_event_opens(c)]
+    hw = [c for c in HARDWARE_COUNTERS if _perf_event_opens(c)]
+    table: list[tuple[str, Callable[[], bool], str, str, bool]] = [
+        ("root", lambda: os.geteuid() == 0, "eBPF probes need root", "run with sudo", True),
+        ("kernel >= 5.8", lambda: _kernel_at_least(5, 8), f"running {release}",
+         "BPF ring buffers and boot-time stamps need Linux 5.8 or newer", True),
+        ("BCC", _bcc_imports, "Python module bcc",
+         "apt-get install bpfcc-tools python3-bpfcc (and link it into the venv: "
+         "scripts/setup.sh does)", True),
+        ("kernel headers", build.exists, str(build),
+         f"apt-get install linux-headers-amd64 and ln -s /usr/src/linux-headers-*-amd64 {build}",
+         True),
+        ("tracefs", lambda: tracefs is not None, str(tracefs or "not mounted"),
+         "mount -t tracefs nodev /sys/kernel/tracing", True),
+        ("uprobe PMU", Path("/sys/bus/event_source/devices/uprobe/type").exists,
+         "perf-event uprobes", "a kernel built with CONFIG_UPROBE_EVENTS", True),
+        ("objdump", lambda: shutil.which("objdump") is not None, "finds call sites to probe",
+         "apt-get install binutils", True),
+        ("software counters", lambda: bool(sw), ", ".join(sw) or "none",
+         "perf events are disabled in this kernel", True),
+        ("hardware counters", lambda: bool(hw), ", ".join(hw) or "none (no PMU on this machine)",
+         "a machine or VM that exposes its PMU", False),
+        ("trace_processor", lambda: bool(tp_bin) and Path(str(tp_bin)).is_file(),
+         tp_bin or "PROFINFER_TP_BIN not set",
+         "set PROFINFER_TP_BIN to a trace_processor_shell binary", False),
+    ]
+    return [Check(name, test(), detail, fix, required) for name, test, detail, fix, required
+            in table]
+
+
+def run() -> int:
+    results = checks()
+    for c in results:
+        mark = "ok" if c.ok else ("MISSING" if c.required else "absent")
+        line = f"{mark:8} {c.name:18} {c.detail}"
+        if not c.ok:
+            line += f"\n{'':27} fix: {c.fix}"
+        print(line)
+    ready = all(c.ok for c in results if c.required)
+    print("ready to record" if ready else "not ready to record: see the fixes above")
+    return 0 if ready else 1

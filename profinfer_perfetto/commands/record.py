@@ -1,0 +1,73 @@
+"""`profinfer-perfetto record`: capture a llama.cpp run into a Perfetto (or Chrome JSON) trace."""
+
+from __future__ import annotations
+
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from profinfer_perfetto.capture.bpf import program_text
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.encode.chrome import write_chrome_json
+from profinfer_perfetto.encode.output import atomic_output, check_writable
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
+
+
+@dataclass
+class RecordCommand:
+    request: RecordRequest
+    output: Path
+    json: bool = False
+    ebpf: bool = False
+
+    def run(self) -> int:
+        probe_plan = plan(self.request)
+        if self.ebpf:
+            text = program_text(probe_plan.ggml, list(self.request.counters), self.request.rings)
+            sys.stdout.write(text)
+            for probe in probe_plan.probes:
+                kind = "uretprobe" if probe.ret else "uprobe"
+                print(f"// {kind} {probe.fn}: {probe.path} +{probe.offset:#x} ({probe.where})")
+            return 0
+        check_writable(self.output)
+        recording = record(self.request, probe_plan)
+        model = build(recording)
+        layout = build_layout(model)
+        with atomic_output(self.output) as out:
+            if self.json:
+                text_out = io.TextIOWrapper(out, encoding="utf-8")
+                written = write_chrome_json(layout, text_out)
+                text_out.flush()
+                text_out.detach()
+            else:
+                written = write_perfetto(layout, out)
+        print(summary(model, self.output, written, "events" if self.json else "packets"))
+        return 0
+
+
+def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
+    tok = model.tokens
+    n_tokens = tok.arg0.astype(np.int64)
+    phases = [token_phase(int(n), int(e)) for n, e in zip(n_tokens, tok.aux, strict=True)]
+    by_phase = ", ".join(f"{phases.count(p)} {p}" for p in ("prefill", "decode", "encode")
+                         if p in phases)
+    threads = len(set(model.ops.tid.tolist()))
+    size = output.stat().st_size
+    lines = [
+        f"recorded {model.process_name} (pid {model.pid}): {model.status}",
+        f"  token steps {len(tok)}" + (f" ({by_phase}; {int(n_tokens[n_tokens > 0].sum())} "
+                                        "tokens)" if len(tok) else ""),
+        f"  graphs {len(model.graphs)}, ops {len(model.ops)} on {threads} threads, "
+        f"DAG edges {len(model.edges)}",
+        f"  events {model.event_count}, lost {model.lost_events} events and "
+        f"{model.lost_nodes} node descriptors, {model.dropped_ops} ops outside graphs",
+    ]
+    lines += [f"  note: {note}" for note in model.notes]
+    lines.append(f"wrote {output} ({size / 1024:.1f} KiB, {written} {unit}): "
+                 "open it in https://ui.perfetto.dev")
+    return "\n".join(lines)

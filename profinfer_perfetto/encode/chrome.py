@@ -1,0 +1,65 @@
+"""Render a layout as Chrome trace JSON (the `traceEvents` format), streamed event by event.
+
+For tools that read only JSON. Slices become B/E pairs on their thread, DAG edges s/f flow
+events, counters C events; tracks that are no thread (the recording) get pseudo-thread 0.
+Timestamps are microseconds with nanosecond decimals.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from profinfer_perfetto.model.layout import EventType, Layout, TrackKind
+
+_PHASE = {EventType.SLICE_BEGIN: "B", EventType.SLICE_END: "E", EventType.INSTANT: "i"}
+
+
+def write_chrome_json(layout: Layout, out: TextIO) -> int:
+    """Write the whole trace; returns the number of trace events."""
+    pid = layout.pid
+    tracks = layout.tracks
+    tid_of = [t.tid if t.kind in (TrackKind.THREAD, TrackKind.COUNTER) else 0 for t in tracks]
+    out.write('{"displayTimeUnit":"ns","traceEvents":[\n')
+    count = 0
+
+    def emit(event: dict[str, Any]) -> None:
+        nonlocal count
+        out.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
+        count += 1
+
+    emit({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": layout.process_name}})
+    for track in tracks:
+        if track.kind in (TrackKind.THREAD, TrackKind.GLOBAL):
+            tid = track.tid if track.kind == TrackKind.THREAD else 0
+            emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                  "args": {"name": track.name}})
+
+    rows = zip(layout.ts.tolist(), layout.type.tolist(), layout.track.tolist(),
+               layout.name.tolist(), layout.args.tolist(), layout.value.tolist(), strict=True)
+    for row, (ts, typ, track, name, args, value) in enumerate(rows):
+        us = ts / 1000
+        tid = tid_of[track]
+        if typ == EventType.COUNTER:
+            emit({"ph": "C", "name": tracks[track].name, "pid": pid, "ts": us,
+                  "args": {"value": value}})
+            continue
+        event: dict[str, Any] = {"ph": _PHASE[EventType(typ)], "pid": pid, "tid": tid, "ts": us}
+        if name >= 0:
+            event["name"] = layout.strings[name]
+        if args >= 0:
+            event["args"] = dict(layout.arg_sets[args])
+        if typ == EventType.INSTANT:
+            event["s"] = "t"
+        emit(event)
+        for flow in layout.flows_out.get(row, ()):
+            emit({"ph": "s", "id": flow, "name": "dag", "cat": "dag", "pid": pid, "tid": tid,
+                  "ts": us})
+        for flow in layout.flows_in.get(row, ()):
+            emit({"ph": "f", "bp": "e", "id": flow, "name": "dag", "cat": "dag", "pid": pid,
+                  "tid": tid, "ts": us})
+        for counter_track, v in layout.extra_counters.get(row, ()):
+            emit({"ph": "C", "name": tracks[counter_track].name, "pid": pid, "ts": us,
+                  "args": {"value": v}})
+    out.write("\n]}\n")
+    return count

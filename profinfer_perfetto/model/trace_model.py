@@ -1,0 +1,310 @@
+"""The trace model: token steps, graphs, graph nodes, per-thread ops and DAG edges.
+
+Built from a recording's columnar events (capture/events.py), kept columnar. Every encoder
+(Perfetto protobuf, Chrome JSON) renders this model and nothing else, so what a trace shows
+is decided here:
+
+- a token step is one llama_decode / llama_encode / llama_process call (prefill when its batch
+  has more than one token, decode otherwise), on the thread that made it;
+- a graph is one ggml_graph_compute call; every thread that ran its ops shows it;
+- an op is one thread's share of one computed node (or fused node pair): from its start to
+  the last barrier the thread entered before its next op (`work_end`), then the barrier wait
+  until the thread's next op or the graph's end (`end`);
+- a DAG edge links the node that last wrote a tensor's storage to a node reading it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import EVENT, Kind, TokenEntry
+from profinfer_perfetto.capture.ggml import GgmlInfo
+from profinfer_perfetto.capture.recorder import Recording
+
+_INVALID_COUNTER = np.uint64(1 << 63)
+_LAYER = re.compile(r"-(\d+)$")
+
+
+@dataclass
+class Spans:
+    """Begin/end pairs of one event kind: token steps or graphs."""
+
+    tid: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    arg0: np.ndarray
+    arg1: np.ndarray
+    aux: np.ndarray
+    complete: np.ndarray
+    """False where the capture stopped before the span ended."""
+
+    def __len__(self) -> int:
+        return len(self.begin)
+
+    def containing(self, ts: np.ndarray) -> np.ndarray:
+        """Index of the span each timestamp falls in, -1 for none (spans do not overlap)."""
+        i = np.searchsorted(self.begin, ts, side="right") - 1
+        inside = (i >= 0) & (ts <= self.end[np.maximum(i, 0)])
+        return np.where(inside, i, -1)
+
+
+@dataclass
+class Nodes:
+    """One computed graph node as the thread with ith == 0 described it."""
+
+    graph: np.ndarray
+    index: np.ndarray
+    """Position among the graph's described nodes (execution order)."""
+    raw: np.ndarray
+    """The NODE records, for shapes, types and sources."""
+    names: list[str]
+
+    def __len__(self) -> int:
+        return len(self.graph)
+
+
+@dataclass
+class Ops:
+    """One thread's share of one computed node (or fused pair)."""
+
+    tid: np.ndarray
+    cpu: np.ndarray
+    graph: np.ndarray
+    node: np.ndarray
+    fused: np.ndarray
+    """Node index of the second node of a fused pair, -1 otherwise."""
+    ith: np.ndarray
+    begin: np.ndarray
+    work_end: np.ndarray
+    end: np.ndarray
+    counter_delta: np.ndarray
+    """(n, counters) counts during the op's work; -1 where unknown (thread changed CPU)."""
+
+    def __len__(self) -> int:
+        return len(self.begin)
+
+
+@dataclass
+class TraceModel:
+    ggml: GgmlInfo
+    pid: int
+    process_name: str
+    cmdline: list[str]
+    threads: dict[int, str]
+    counters: list[str]
+    tokens: Spans
+    graphs: Spans
+    nodes: Nodes
+    ops: Ops
+    edges: np.ndarray
+    """(n, 2) node indices: producer, consumer."""
+    begin_ns: int
+    end_ns: int
+    status: str
+    lost_events: int
+    lost_nodes: int
+    event_count: int
+    dropped_ops: int
+    """Op events outside any graph (a capture that began mid-graph)."""
+    notes: list[str] = field(default_factory=list)
+
+    def op_label(self, node: int, fused: int) -> tuple[str, str]:
+        """The op (sub-op for UNARY and GLU, `A+B` for a fused pair) and the tensor name."""
+        ops = [node] if fused < 0 else [node, fused]
+        labels = []
+        for n in ops:
+            rec = self.nodes.raw[n]
+            labels.append(
+                self.ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
+                or self.ggml.op_name(int(rec["op"]))
+            )
+        return "+".join(labels), self.nodes.names[ops[-1]]
+
+    def thread_ids(self) -> list[int]:
+        tids = set(self.threads) | set(self.ops.tid.tolist()) | set(self.tokens.tid.tolist())
+        return sorted(tids | set(self.graphs.tid.tolist()))
+
+
+def layer_of(tensor_name: str) -> int:
+    """The layer in a ggml tensor name's `-N` suffix, -1 for none."""
+    m = _LAYER.search(tensor_name)
+    return int(m.group(1)) if m else -1
+
+
+def tensor_name(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
+    """Pair each begin with the next end on its thread; events are sorted by (tid, ts)."""
+    sel = events[(events["kind"] == begin) | (events["kind"] == end)]
+    is_begin = sel["kind"] == begin
+    nxt = np.append(sel[1:], np.zeros(1, EVENT))
+    closed = is_begin & (nxt["kind"] == end) & (nxt["tid"] == sel["tid"])
+    b = sel[is_begin]
+    closed_b = closed[is_begin]
+    order = np.argsort(b["ts"], kind="stable")
+    end_ts = np.where(closed_b, nxt["ts"][is_begin], np.uint64(end_ns))
+    return Spans(
+        tid=b["tid"][order],
+        begin=b["ts"][order],
+        end=end_ts[order],
+        arg0=b["arg0"][order],
+        arg1=b["arg1"][order],
+        aux=b["aux"][order],
+        complete=closed_b[order],
+    )
+
+
+def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
+    """For each row, the index of the latest row at or before it that is a begin (-1: none)."""
+    idx = np.where(is_begin, np.arange(len(is_begin)), -1)
+    return np.maximum.accumulate(idx) if len(idx) else idx
+
+
+def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Index of the node with this (graph, tensor address), -1 if none was described."""
+    keys = np.concatenate(
+        [
+            np.stack([nodes.graph.astype(np.int64), nodes.raw["ptr"].astype(np.int64)], 1),
+            np.stack([graph.astype(np.int64), ptr.astype(np.int64)], 1),
+        ]
+    )
+    _, group = np.unique(keys, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    owner = np.full(group.max() + 1 if len(group) else 0, -1, np.int64)
+    owner[group[: len(nodes)]] = np.arange(len(nodes))
+    return owner[group[len(nodes) :]]
+
+
+def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
+    """Producer -> consumer node pairs: the last earlier writer of each source's storage."""
+    raw = nodes.raw
+    storage = np.where(raw["view_src"] != 0, raw["view_src"], raw["ptr"]).tolist()
+    src_ptr = raw["src"]["ptr"].tolist()
+    src_view = raw["src"]["view_src"].tolist()
+    graphs = nodes.graph.tolist()
+    # A fused pair is one op: edges of its second node belong to its first.
+    op_of = np.arange(len(nodes))
+    op_of[fused_second[fused_second >= 0]] = np.flatnonzero(fused_second >= 0)
+    op_of_list = op_of.tolist()
+    edges: set[tuple[int, int]] = set()
+    writer: dict[int, int] = {}
+    for i in range(len(nodes)):
+        if i == 0 or graphs[i] != graphs[i - 1]:
+            writer = {}
+        for ptr, view in zip(src_ptr[i], src_view[i], strict=True):
+            producer = writer.get(view or ptr) if ptr else None
+            if producer is not None and op_of_list[producer] != op_of_list[i]:
+                edges.add((op_of_list[producer], op_of_list[i]))
+        writer[storage[i]] = i
+    return np.array(sorted(edges), np.int64).reshape(-1, 2)
+
+
+def build(recording: Recording) -> TraceModel:
+    events = recording.events
+    order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
+    events = events[order]
+    tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, recording.end_ns)
+    graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, recording.end_ns)
+
+    raw = recording.nodes[np.argsort(recording.nodes["ts"], kind="stable")]
+    node_graph = graphs.containing(raw["ts"])
+    raw, node_graph = raw[node_graph >= 0], node_graph[node_graph >= 0]
+    first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
+    nodes = Nodes(
+        graph=node_graph,
+        index=np.arange(len(raw)) - first_of_graph,
+        raw=raw,
+        names=[tensor_name(n) for n in raw["name"].tolist()],
+    )
+
+    # Ops: each op begin, and the barriers its thread entered before its next op.
+    work = events[(events["kind"] == Kind.OP_BEGIN) | (events["kind"] == Kind.BARRIER)]
+    work_graph = graphs.containing(work["ts"])
+    dropped = int(np.count_nonzero((work_graph < 0) & (work["kind"] == Kind.OP_BEGIN)))
+    work, work_graph = work[work_graph >= 0], work_graph[work_graph >= 0]
+    is_begin = work["kind"] == Kind.OP_BEGIN
+    owner = _latest_begin(is_begin)
+    same = (owner >= 0) & (work["tid"] == work["tid"][np.maximum(owner, 0)])
+    same &= work_graph == work_graph[np.maximum(owner, 0)]
+    begin_rows = np.flatnonzero(is_begin)
+    op_of_row = np.cumsum(is_begin) - 1
+    n_ops = len(begin_rows)
+    last_barrier = np.full(n_ops, -1, np.int64)
+    barrier_rows = np.flatnonzero(~is_begin & same)
+    np.maximum.at(last_barrier, op_of_row[barrier_rows], barrier_rows)
+
+    b = work[begin_rows]
+    g = work_graph[begin_rows]
+    graph_end = graphs.end[g]
+    nxt = np.append(begin_rows[1:], -1)
+    next_same = (nxt >= 0) & (work["tid"][nxt] == b["tid"]) & (work_graph[nxt] == g)
+    end = np.where(next_same, work["ts"][nxt], graph_end)
+    end = np.minimum(end, graph_end)
+    has_barrier = last_barrier >= 0
+    work_end = np.where(has_barrier, work["ts"][np.maximum(last_barrier, 0)], end)
+    work_end = np.minimum(work_end, end)
+
+    counters = len(recording.counters)
+    after = work[np.where(has_barrier, last_barrier, np.where(next_same, nxt, begin_rows))]
+    usable = (after["cpu"] == b["cpu"]) & has_barrier
+    delta = np.full((n_ops, counters), -1, np.int64)
+    for c in range(counters):
+        v0, v1 = b["counter"][:, c], after["counter"][:, c]
+        ok = usable & (v0 < _INVALID_COUNTER) & (v1 < _INVALID_COUNTER) & (v1 >= v0)
+        delta[ok, c] = (v1[ok] - v0[ok]).astype(np.int64)
+
+    node = _node_lookup(nodes, g, b["arg0"])
+    fused = np.where(b["arg1"] != 0, _node_lookup(nodes, g, b["arg1"]), -1)
+    known = node >= 0
+    ops = Ops(
+        tid=b["tid"][known],
+        cpu=b["cpu"][known],
+        graph=g[known],
+        node=node[known],
+        fused=fused[known],
+        ith=b["ith"][known],
+        begin=b["ts"][known],
+        work_end=work_end[known],
+        end=end[known],
+        counter_delta=delta[known],
+    )
+    op_order = np.lexsort((ops.begin, ops.tid))
+    ops = Ops(**{k: v[op_order] for k, v in vars(ops).items()})
+
+    fused_second = np.full(len(nodes), -1, np.int64)
+    pairs = ops.fused >= 0
+    fused_second[ops.node[pairs]] = ops.fused[pairs]
+    return TraceModel(
+        ggml=recording.ggml,
+        pid=recording.pid,
+        process_name=recording.process_name,
+        cmdline=recording.cmdline,
+        threads=dict(recording.threads),
+        counters=list(recording.counters),
+        tokens=tokens,
+        graphs=graphs,
+        nodes=nodes,
+        ops=ops,
+        edges=_edges(nodes, fused_second),
+        begin_ns=recording.begin_ns,
+        end_ns=recording.end_ns,
+        status=recording.status,
+        lost_events=recording.lost_events,
+        lost_nodes=recording.lost_nodes,
+        event_count=len(recording.events),
+        dropped_ops=dropped + int(np.count_nonzero(~known)),
+        notes=list(recording.notes),
+    )
+
+
+def token_phase(n_tokens: int, entry: int) -> str:
+    """How a token step is named: encode, prefill (a batch of tokens) or decode (one token)."""
+    if entry == TokenEntry.ENCODE:
+        return "encode"
+    return "prefill" if n_tokens > 1 else "decode"
+
