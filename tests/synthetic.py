@@ -1,0 +1,89 @@
+"""A small hand-made recording: the events two threads would send for one decode step.
+
+One token step > one graph of four computed nodes on two threads:
+  0 MUL_MAT   ffn_up-0     (src0 a weight, src1 the graph input)
+  1+2 fused RMS_NORM+MUL: norm-0 then attn_norm-0 (reads node 0 and a weight)
+  3 ADD       l_out-0      (reads node 0 and a view of attn_norm-0)
+Times are in ns; the thread with ith 0 describes the nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import EVENT, NODE, Kind, TokenEntry
+from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout
+from profinfer_perfetto.capture.recorder import Recording
+
+OPS = ("NONE", "DUP", "ADD", "MUL", "RMS_NORM", "MUL_MAT", "UNARY")
+GGML = GgmlInfo(
+    version="0.25.3",
+    commit="synthetic",
+    layout=TensorLayout(),
+    runtime=RuntimeLayout(),
+    ops=OPS,
+    unary_ops=("ABS", "SGN", "NEG"),
+    glu_ops=("REGLU",),
+    types=("f32", "f16", "q4_0"),
+)
+PID, MAIN, WORKER = 100, 100, 101
+WEIGHT, INPUT, UP, NORM, ATTN_NORM, VIEW, OUT = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000
+
+
+def _event(ts: int, kind: Kind, tid: int, *, arg0: int = 0, arg1: int = 0, ith: int = 0,
+           aux: int = 0, cpu: int = 0, counter: int = 0) -> tuple[object, ...]:
+    return (ts, arg0, arg1, (counter, 0), PID, tid, cpu, kind, ith, aux)
+
+
+def _node(ts: int, ptr: int, op: str, name: str, ne: tuple[int, ...], srcs: list[tuple[int, int]],
+          view_src: int = 0) -> tuple[object, ...]:
+    src = [(p, v, (64, 1, 1, 1), 0, 0) for p, v in srcs]
+    src += [(0, 0, (0, 0, 0, 0), 0, 0)] * (6 - len(src))
+    return (ts, ptr, view_src, ne, PID, MAIN, OPS.index(op), 0, 0, 0, src, name.encode())
+
+
+def recording(status: str = "complete") -> Recording:
+    e = [
+        _event(1_000, Kind.TOKEN_BEGIN, MAIN, arg0=1, aux=TokenEntry.DECODE),
+        _event(2_000, Kind.GRAPH_BEGIN, MAIN, arg0=0xABC, arg1=(2 << 32) | 9),
+        # node 0: both threads, the worker finishes first and waits
+        _event(3_000, Kind.OP_BEGIN, MAIN, arg0=UP, ith=0, aux=2, counter=10),
+        _event(3_100, Kind.OP_BEGIN, WORKER, arg0=UP, ith=1, aux=2, cpu=1, counter=50),
+        _event(5_000, Kind.BARRIER, WORKER, cpu=1, counter=51),
+        _event(8_000, Kind.BARRIER, MAIN, counter=12),
+        # fused node 1+2
+        _event(8_500, Kind.OP_BEGIN, MAIN, arg0=NORM, arg1=ATTN_NORM, ith=0, aux=2, counter=12),
+        _event(8_600, Kind.OP_BEGIN, WORKER, arg0=NORM, arg1=ATTN_NORM, ith=1, aux=2, cpu=1,
+               counter=51),
+        _event(9_500, Kind.BARRIER, MAIN, counter=12),
+        _event(9_900, Kind.BARRIER, WORKER, cpu=1, counter=51),
+        # node 3: the main thread hits an inner barrier, then the loop barrier
+        _event(10_000, Kind.OP_BEGIN, MAIN, arg0=OUT, ith=0, aux=2, counter=12),
+        _event(10_100, Kind.OP_BEGIN, WORKER, arg0=OUT, ith=1, aux=2, cpu=1, counter=51),
+        _event(10_500, Kind.BARRIER, MAIN, counter=12),
+        _event(11_000, Kind.BARRIER, WORKER, cpu=1, counter=53),
+        _event(12_000, Kind.BARRIER, MAIN, counter=13),
+        _event(13_000, Kind.GRAPH_END, MAIN),
+        _event(14_000, Kind.TOKEN_END, MAIN),
+    ]
+    n = [
+        _node(3_000, UP, "MUL_MAT", "ffn_up-0", (64, 1, 1, 1), [(WEIGHT, 0), (INPUT, 0)]),
+        _node(8_500, NORM, "RMS_NORM", "norm-0", (64, 1, 1, 1), [(UP, 0)]),
+        _node(8_500, ATTN_NORM, "MUL", "attn_norm-0", (64, 1, 1, 1), [(NORM, 0), (WEIGHT, 0)]),
+        _node(10_000, OUT, "ADD", "l_out-0", (64, 1, 1, 1), [(UP, 0), (VIEW, ATTN_NORM)]),
+    ]
+    return Recording(
+        events=np.array(e, EVENT),
+        nodes=np.array(n, NODE),
+        ggml=GGML,
+        pid=PID,
+        process_name="llama-synthetic",
+        cmdline=["llama-synthetic", "-t", "2"],
+        threads={MAIN: "llama-synthetic", WORKER: "llama-synthetic"},
+        counters=["context-switches"],
+        lost_events=0,
+        lost_nodes=0,
+        begin_ns=500,
+        end_ns=15_000,
+        status=status,
+    )

@@ -1,0 +1,87 @@
+"""Encoding the synthetic recording: golden files, and the trace rules Perfetto relies on."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
+
+from profinfer_perfetto.encode.chrome import write_chrome_json
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.layout import WAIT_SLICE, build_layout
+from profinfer_perfetto.model.trace_model import build
+from tests import synthetic, trace_reader
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+UPDATE = os.environ.get("PROFINFER_UPDATE_GOLDEN") == "1"
+
+
+def _perfetto(tmp_path: Path, status: str = "complete") -> Path:
+    path = tmp_path / "synthetic.pftrace"
+    with path.open("wb") as out:
+        write_perfetto(build_layout(build(synthetic.recording(status))), out)
+    return path
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; PROFINFER_UPDATE_GOLDEN=1 rewrites it"
+
+
+def test_perfetto_golden(tmp_path: Path) -> None:
+    trace = official.Trace()
+    trace.ParseFromString(_perfetto(tmp_path).read_bytes())
+    _golden("synthetic.pftrace.textproto", text_format.MessageToString(trace))
+
+
+def test_chrome_json_golden() -> None:
+    out = io.StringIO()
+    write_chrome_json(build_layout(build(synthetic.recording())), out)
+    events = json.loads(out.getvalue())["traceEvents"]
+    assert sum(e["ph"] == "B" for e in events) == sum(e["ph"] == "E" for e in events)
+    _golden("synthetic.json", out.getvalue())
+
+
+def test_tracks_nesting_and_flows(tmp_path: Path) -> None:
+    trace = trace_reader.read(_perfetto(tmp_path))
+    assert trace.tids() == [synthetic.MAIN, synthetic.WORKER]
+    main = [s for s in trace.thread_slices(synthetic.MAIN) if s.name != WAIT_SLICE]
+    assert [(s.name, s.depth) for s in main] == [
+        ("decode", 0), ("graph CPU", 1), ("MUL_MAT ffn_up-0", 2),
+        ("RMS_NORM+MUL attn_norm-0", 2), ("ADD l_out-0", 2),
+    ]
+    worker = [s for s in trace.thread_slices(synthetic.WORKER) if s.name != WAIT_SLICE]
+    assert [(s.name, s.depth) for s in worker][:2] == [("graph CPU", 0), ("MUL_MAT ffn_up-0", 1)]
+    op = main[2]
+    assert op.args["op"] == "MUL_MAT" and op.args["tensor"] == "ffn_up-0"
+    assert op.args["layer"] == 0 and op.args["src1"] == "f32 64"
+    assert op.parent is main[1] and main[1].parent is main[0]
+    waits = [s for s in trace.thread_slices(synthetic.WORKER) if s.name == WAIT_SLICE]
+    assert [(w.ts, w.end) for w in waits] == [(5_000, 8_600), (9_900, 10_100), (11_000, 13_000)]
+    edges = sorted((a.args["tensor"], b.args["tensor"]) for a, b in trace.flows)
+    assert edges == [("attn_norm-0", "l_out-0"), ("ffn_up-0", "attn_norm-0"),
+                     ("ffn_up-0", "l_out-0")]
+
+
+def test_counters(tmp_path: Path) -> None:
+    trace = trace_reader.read(_perfetto(tmp_path))
+    by_name = {trace.track_name(u): v for u, v in trace.counters.items()}
+    assert by_name["tokens/s"] == [(14_000, pytest.approx(1 / 13e-6))]
+    assert [v for _, v in by_name[f"context-switches {synthetic.WORKER}"]] == [0, 1, 1, 1, 1, 3]
+
+
+@pytest.mark.parametrize("status", ["complete", "target killed by SIGSEGV"])
+def test_the_trace_says_whether_it_is_complete(tmp_path: Path, status: str) -> None:
+    trace = trace_reader.read(_perfetto(tmp_path, status))
+    (record,) = [s for s in trace.slices if s.name == "record"]
+    assert record.args["status"] == status
+    assert record.args["complete"] == (status == "complete")
+    cut = [s.name for s in trace.instants]
+    assert cut == ([] if status == "complete" else [f"trace cut short: {status}"])

@@ -1,0 +1,55 @@
+"""The trace model built from the synthetic recording: spans, ops, barrier waits, DAG."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from profinfer_perfetto.model.trace_model import build, layer_of, token_phase
+from tests import synthetic
+
+
+def test_token_and_graph_spans() -> None:
+    model = build(synthetic.recording())
+    assert model.tokens.begin.tolist() == [1_000] and model.tokens.end.tolist() == [14_000]
+    assert model.graphs.begin.tolist() == [2_000] and model.graphs.end.tolist() == [13_000]
+    assert model.tokens.complete.all() and model.graphs.complete.all()
+
+
+def test_ops_end_at_the_last_barrier_before_the_next_op() -> None:
+    ops = build(synthetic.recording()).ops
+    main = ops.tid == synthetic.MAIN
+    # ADD on the main thread passes an inner barrier at 10_500; its share ends at 12_000.
+    assert ops.begin[main].tolist() == [3_000, 8_500, 10_000]
+    assert ops.work_end[main].tolist() == [8_000, 9_500, 12_000]
+    assert ops.end[main].tolist() == [8_500, 10_000, 13_000]
+    worker = ops.tid == synthetic.WORKER
+    assert ops.work_end[worker].tolist() == [5_000, 9_900, 11_000]
+    assert ops.end[worker].tolist() == [8_600, 10_100, 13_000]
+
+
+def test_counter_deltas_and_fused_pairs() -> None:
+    model = build(synthetic.recording())
+    assert model.ops.counter_delta[:, 0].tolist() == [2, 0, 1, 1, 0, 2]
+    labels = [model.op_label(n, f) for n, f in zip(model.ops.node, model.ops.fused, strict=True)]
+    assert labels[:3] == [("MUL_MAT", "ffn_up-0"), ("RMS_NORM+MUL", "attn_norm-0"),
+                          ("ADD", "l_out-0")]
+
+
+def test_dag_edges_follow_storage_through_views_and_fusion() -> None:
+    model = build(synthetic.recording())
+    # ffn_up -> fused norm (reads it), ffn_up -> l_out, fused attn_norm -> l_out (via a view).
+    assert model.edges.tolist() == [[0, 1], [0, 3], [1, 3]]
+
+
+def test_ops_outside_any_graph_are_dropped_and_counted() -> None:
+    rec = synthetic.recording()
+    rec.events = rec.events[rec.events["ts"] >= 3_000]  # capture began after the graph did
+    model = build(rec)
+    assert len(model.ops) == 0 and model.dropped_ops == 6
+
+
+def test_names() -> None:
+    assert layer_of("ffn_gate-17") == 17 and layer_of("embd") == -1
+    assert token_phase(7, 0) == "prefill" and token_phase(1, 0) == "decode"
+    assert token_phase(5, 1) == "encode"
+    assert np.int64(np.uint64(2**64 - 1)) == -1  # n_tokens unknown is carried as -1
