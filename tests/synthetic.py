@@ -27,7 +27,7 @@ GGML = GgmlInfo(
     types=("f32", "f16", "q4_0"),
 )
 PID, MAIN, WORKER = 100, 100, 101
-WEIGHT, INPUT, UP, NORM, ATTN_NORM, VIEW, OUT = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000
+WEIGHT, INPUT, UP, NORM, ATTN_NORM, VIEW, OUT = (0x1000 * i for i in range(1, 8))
 
 
 def _event(ts: int, kind: Kind, tid: int, *, arg0: int = 0, arg1: int = 0, ith: int = 0,

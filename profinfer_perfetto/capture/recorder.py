@@ -58,7 +58,7 @@ class RecordRequest:
     duration_s: float | None = None
     counters: tuple[str, ...] = ("context-switches",)
     libs: tuple[Path, ...] = ()
-    rings: RingSizes = RingSizes()
+    rings: RingSizes = field(default_factory=RingSizes)
 
 
 def plan(request: RecordRequest) -> ProbePlan:
@@ -115,7 +115,15 @@ def _launch_paused(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
     return proc, write_fd
 
 
-def record(request: RecordRequest, probe_plan: ProbePlan) -> Recording:
+def record(
+    request: RecordRequest,
+    probe_plan: ProbePlan,
+    on_attached: Callable[[int], None] | None = None,
+) -> Recording:
+    """Capture until the target ends, the duration passes or the recorder gets SIGINT/SIGTERM.
+
+    `on_attached(pid)` runs once the probes are in place, before a launched target starts.
+    """
     if os.geteuid() != 0:
         raise ProfinferError("recording attaches eBPF probes and needs root: run it with sudo")
     text = program_text(probe_plan.ggml, list(request.counters), request.rings)
@@ -140,6 +148,8 @@ def record(request: RecordRequest, probe_plan: ProbePlan) -> Recording:
                 proc.wait()
             raise
         begin = boot_ns()
+        if on_attached is not None:
+            on_attached(pid)
         if proc is not None:
             os.write(go, b"g")
             os.close(go)
@@ -156,7 +166,7 @@ def record(request: RecordRequest, probe_plan: ProbePlan) -> Recording:
                 event_chunks.append(events)
                 for tid in np.unique(events["tid"]).tolist():
                     if tid not in threads:
-                        threads[tid] = target.thread_name(pid, tid) or f"thread {tid}"
+                        threads[tid] = target.thread_name(pid, tid) or process_name
             if nodes.size:
                 node_chunks.append(nodes)
 
@@ -166,6 +176,8 @@ def record(request: RecordRequest, probe_plan: ProbePlan) -> Recording:
             if proc is not None and proc.poll() is not None:
                 if proc.returncode < 0:
                     status = f"target killed by {signal.Signals(-proc.returncode).name}"
+                elif proc.returncode > 0:
+                    status = f"target exited with code {proc.returncode}"
                 break
             if proc is None and not target.is_alive(pid):
                 break

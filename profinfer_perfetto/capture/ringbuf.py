@@ -49,7 +49,7 @@ class RingReader:
         lengths = framed["len"]
         busy = np.flatnonzero(lengths & _BUSY)
         ready = int(busy[0]) if busy.size else count
-        records = framed["record"][:ready][(lengths[:ready] & _DISCARD) == 0].copy()
+        records: np.ndarray = framed["record"][:ready][(lengths[:ready] & _DISCARD) == 0].copy()
         struct.pack_into("<Q", self._consumer, 0, consumer + ready * self._stride)
         return records
 

@@ -1,4 +1,4 @@
-"""Where to put the probes in a target: the files it maps and the offsets of the runtime's functions.
+"""Where the probes go in a target: the files it maps, the offsets of the runtime's functions.
 
 A launched command is resolved from its executable and the libraries the loader would map for
 it (`ldd`); a running process from `/proc/PID/maps`, read through `/proc/PID/root` so that a

@@ -35,7 +35,7 @@ class RecordCommand:
                 print(f"// {kind} {probe.fn}: {probe.path} +{probe.offset:#x} ({probe.where})")
             return 0
         check_writable(self.output)
-        recording = record(self.request, probe_plan)
+        recording = record(self.request, probe_plan, self._attached)
         model = build(recording)
         layout = build_layout(model)
         with atomic_output(self.output) as out:
@@ -48,6 +48,10 @@ class RecordCommand:
                 written = write_perfetto(layout, out)
         print(summary(model, self.output, written, "events" if self.json else "packets"))
         return 0
+
+    def _attached(self, pid: int) -> None:
+        print(f"profinfer-perfetto: tracing pid {pid}; Ctrl-C stops and writes {self.output}",
+              file=sys.stderr, flush=True)
 
 
 def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:

@@ -7,7 +7,7 @@ that state. Timestamps are CLOCK_BOOTTIME nanoseconds, Perfetto's default clock.
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import IO
 
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
@@ -17,7 +17,7 @@ _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
 
-def _write(out: BinaryIO, packet: pb.TracePacket) -> None:
+def _write(out: IO[bytes], packet: pb.TracePacket) -> None:
     """Append one `Trace.packet` (field 1, length-delimited) to the stream."""
     body = packet.SerializeToString()
     size = len(body)
@@ -83,7 +83,7 @@ def _set_value(a: pb.DebugAnnotation, value: ArgValue, string_iid: dict[str, int
         a.string_value_iid = string_iid.setdefault(value, len(string_iid) + 1)
 
 
-def write_perfetto(layout: Layout, out: BinaryIO) -> int:
+def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
     """Write the whole trace; returns the number of packets."""
     interner = _Interner()
     value_iid: dict[str, int] = {}

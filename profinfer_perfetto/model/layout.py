@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
+import numpy.typing as npt
 
 from profinfer_perfetto import __version__
 from profinfer_perfetto.model.trace_model import TraceModel, layer_of, token_phase
@@ -118,196 +119,208 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     return tuple(args)
 
 
-def build_layout(model: TraceModel) -> Layout:
-    strings = _Strings()
-    arg_sets: list[Args] = []
-    tracks = [Track(1, TrackKind.PROCESS, model.process_name)]
-    thread_track: dict[int, int] = {}
-    for tid in model.thread_ids():
-        thread_track[tid] = len(tracks)
-        tracks.append(
-            Track(
-                (1 << 32) | tid,
-                TrackKind.THREAD,
-                model.threads.get(tid, f"thread {tid}"),
-                parent=1,
-                tid=tid,
-            )
+class _Rows:
+    """Trace event rows gathered by kind; `ordered` sorts them once, as they must be written."""
+
+    _FIELDS = ("ts", "type", "track", "name", "args", "value", "key")
+
+    def __init__(self) -> None:
+        self._parts: dict[str, list[np.ndarray]] = {f: [] for f in self._FIELDS}
+        self.count = 0
+
+    def add(self, ts: npt.ArrayLike, type: EventType, track: npt.ArrayLike, *,
+            name: npt.ArrayLike = -1, args: npt.ArrayLike = -1, value: npt.ArrayLike = 0.0,
+            key: npt.ArrayLike = 0) -> np.ndarray:
+        """Append rows; returns their ids (positions before ordering)."""
+        ts = np.atleast_1d(np.asarray(ts, np.int64))
+        n = len(ts)
+        columns = {"ts": ts, "type": type, "track": track, "name": name, "args": args,
+                   "value": value, "key": key}
+        for f in self._FIELDS:
+            self._parts[f].append(np.broadcast_to(np.asarray(columns[f]), n))
+        rows = np.arange(self.count, self.count + n)
+        self.count += n
+        return rows
+
+    def slices(self, track: npt.ArrayLike, begin: np.ndarray, end: np.ndarray, depth: int,
+               name: npt.ArrayLike, args: npt.ArrayLike = -1) -> tuple[np.ndarray, np.ndarray]:
+        """Begin and end rows of slices; at one time, ends go deepest first, begins outermost."""
+        begin = np.asarray(begin, np.int64)
+        end = np.maximum(np.asarray(end, np.int64), begin + 1)
+        first = self.add(begin, EventType.SLICE_BEGIN, track, name=name, args=args, key=depth)
+        last = self.add(end, EventType.SLICE_END, track, key=-depth)
+        return first, last
+
+    def ordered(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The columns in writing order, and each row id's position in it."""
+        cols = {f: np.concatenate(self._parts[f]) if self._parts[f] else np.empty(0)
+                for f in self._FIELDS}
+        order = np.lexsort((cols["key"], cols["type"] != EventType.SLICE_END, cols["ts"]))
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        return {f: c[order] for f, c in cols.items()}, rank
+
+
+class _LayoutBuilder:
+    def __init__(self, model: TraceModel) -> None:
+        self.model = model
+        self.strings = _Strings()
+        self.arg_sets: list[Args] = []
+        self.rows = _Rows()
+        self.tracks = [Track(1, TrackKind.PROCESS, model.process_name)]
+        self.flows_out: dict[int, list[int]] = {}
+        self.flows_in: dict[int, list[int]] = {}
+        self.extra_counters: dict[int, list[tuple[int, int]]] = {}
+
+    def track(self, track: Track) -> int:
+        self.tracks.append(track)
+        return len(self.tracks) - 1
+
+    def arg_set(self, args: Args) -> int:
+        self.arg_sets.append(args)
+        return len(self.arg_sets) - 1
+
+    def build(self) -> Layout:
+        model = self.model
+        thread = {tid: self.track(Track((1 << 32) | tid, TrackKind.THREAD,
+                                        model.threads.get(tid, model.process_name),
+                                        parent=1, tid=tid))
+                  for tid in model.thread_ids()}
+        caller = np.isin(model.ops.tid, model.tokens.tid)
+        self.token_steps(thread)
+        self.graphs(thread)
+        op_begin, op_end = self.ops(thread, caller)
+        self.tokens_per_second()
+        self.recording()
+        cols, rank = self.rows.ordered()
+        self.dag_flows(op_begin, rank)
+        self.thread_counters(op_begin, op_end, rank)
+        return Layout(
+            pid=model.pid,
+            process_name=model.process_name,
+            cmdline=model.cmdline,
+            tracks=self.tracks,
+            strings=list(self.strings.index),
+            arg_sets=self.arg_sets,
+            ts=cols["ts"],
+            type=cols["type"].astype(np.int8),
+            track=cols["track"].astype(np.int64),
+            name=cols["name"].astype(np.int64),
+            args=cols["args"].astype(np.int64),
+            value=cols["value"].astype(np.float64),
+            flows_out=self.flows_out,
+            flows_in=self.flows_in,
+            extra_counters=self.extra_counters,
         )
-    counter_track: dict[tuple[int, int], int] = {}
-    for tid in sorted({int(t) for t in model.ops.tid}):
-        for c, counter in enumerate(model.counters):
-            counter_track[(tid, c)] = len(tracks)
-            tracks.append(
-                Track((2 << 32) | (tid << 4) | c, TrackKind.COUNTER, f"{counter} {tid}",
-                      parent=1, tid=tid, unit="count")
-            )
-    tps_track = len(tracks)
-    tracks.append(Track(2, TrackKind.COUNTER, "tokens/s", parent=1, unit="tokens/s"))
-    recording_track = len(tracks)
-    tracks.append(Track(3, TrackKind.GLOBAL, RECORDING_TRACK))
 
-    # Slices: (track, begin, end, depth, name, args) as columns, gathered per kind.
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("track", "begin", "end", "depth",
-                                                         "name", "args")}
+    def token_steps(self, thread: dict[int, int]) -> None:
+        tok = self.model.tokens
+        names, args = [], []
+        for i, (n_tokens, entry, complete) in enumerate(
+            zip(tok.arg0.astype(np.int64).tolist(), tok.aux.tolist(), tok.complete.tolist(),
+                strict=True)
+        ):
+            phase = token_phase(n_tokens, entry)
+            names.append(self.strings(phase))
+            args.append(self.arg_set((("phase", phase), ("n_tokens", n_tokens), ("step", i),
+                                      ("complete", complete))))
+        tracks = [thread[t] for t in tok.tid.tolist()]
+        self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
 
-    def add(track: np.ndarray, begin: np.ndarray, end: np.ndarray, depth: int,
-            name: np.ndarray, args: np.ndarray) -> None:
-        n = len(begin)
-        cols["track"].append(np.broadcast_to(track, n).astype(np.int64))
-        cols["begin"].append(begin.astype(np.int64))
-        cols["end"].append(np.maximum(end.astype(np.int64), begin.astype(np.int64) + 1))
-        cols["depth"].append(np.full(n, depth, np.int64))
-        cols["name"].append(np.broadcast_to(name, n).astype(np.int64))
-        cols["args"].append(np.broadcast_to(args, n).astype(np.int64))
+    def graphs(self, thread: dict[int, int]) -> None:
+        """Each graph on its calling thread, and on every thread that ran ops of it."""
+        model, gr = self.model, self.model.graphs
+        step = model.tokens.containing(gr.begin).tolist()
+        args = np.array([
+            self.arg_set((("graph", i), ("backend", "CPU"), ("token_step", step[i]),
+                          ("n_nodes", int(gr.arg1[i] & 0xFFFFFFFF)),
+                          ("n_threads", int(gr.arg1[i] >> 32)),
+                          ("complete", bool(gr.complete[i]))))
+            for i in range(len(gr))
+        ], np.int64)
+        shown = {(t, i) for i, t in enumerate(gr.tid.tolist())}
+        shown |= set(zip(model.ops.tid.tolist(), model.ops.graph.tolist(), strict=True))
+        tid, graph = np.array(sorted(shown), np.int64).reshape(-1, 2).T
+        depth = np.isin(tid, model.tokens.tid).astype(np.int64)
+        name = self.strings("graph CPU")
+        for d in (0, 1):
+            sel = depth == d
+            self.rows.slices([thread[t] for t in tid[sel].tolist()], gr.begin[graph[sel]],
+                             gr.end[graph[sel]], d, name, args[graph[sel]])
 
-    tok = model.tokens
-    tok_args = []
-    tok_names = []
-    for i in range(len(tok)):
-        n_tokens = int(np.int64(tok.arg0[i]))
-        phase = token_phase(n_tokens, int(tok.aux[i]))
-        tok_names.append(strings(phase))
-        tok_args.append(len(arg_sets))
-        arg_sets.append((("phase", phase), ("n_tokens", n_tokens), ("step", i),
-                         ("complete", bool(tok.complete[i]))))
-    add(np.array([thread_track[int(t)] for t in tok.tid], np.int64), tok.begin, tok.end, 0,
-        np.array(tok_names, np.int64), np.array(tok_args, np.int64))
+    def ops(self, thread: dict[int, int], caller: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Op slices, then their barrier waits, one level below their graph.
 
-    # Graphs: on the calling thread, and on every thread that ran ops of the graph.
-    gr = model.graphs
-    graph_token = tok.containing(gr.begin)
-    graph_name = strings("graph CPU")
-    graph_args = []
-    for i in range(len(gr)):
-        graph_args.append(len(arg_sets))
-        arg_sets.append((("graph", i), ("backend", "CPU"), ("token_step", int(graph_token[i])),
-                         ("n_nodes", int(gr.arg1[i] & 0xFFFFFFFF)),
-                         ("n_threads", int(gr.arg1[i] >> 32)),
-                         ("complete", bool(gr.complete[i]))))
-    graph_args_arr = np.array(graph_args, np.int64)
-    pairs = {(int(t), i) for i, t in enumerate(gr.tid)}
-    pairs |= set(zip(model.ops.tid.tolist(), model.ops.graph.tolist(), strict=True))
-    g_tid, g_idx = (np.array(sorted(pairs), np.int64).reshape(-1, 2).T if pairs
-                    else (np.empty(0, np.int64), np.empty(0, np.int64)))
-    caller_depth = np.isin(g_tid, tok.tid)
-    for depth in (0, 1):
-        sel = caller_depth == bool(depth)
-        add(np.array([thread_track[t] for t in g_tid[sel].tolist()], np.int64),
-            gr.begin[g_idx[sel]], gr.end[g_idx[sel]], depth, np.int64(graph_name),
-            graph_args_arr[g_idx[sel]])
+        Returns the begin and end row of each op's slice.
+        """
+        model, ops = self.model, self.model.ops
+        pairs, which = np.unique(np.stack([ops.node, ops.fused], 1), axis=0, return_inverse=True)
+        which = which.reshape(-1)
+        names, args = [], []
+        for node, fused in pairs.tolist():
+            label, tensor = model.op_label(node, fused)
+            names.append(self.strings(f"{label} {tensor}"))
+            args.append(self.arg_set(_node_args(model, node, fused)))
+        name, arg = np.array(names, np.int64)[which], np.array(args, np.int64)[which]
+        track = np.array([thread[t] for t in ops.tid.tolist()], np.int64)
+        depth = np.where(caller, 2, 1)
+        begin_rows = np.empty(len(ops), np.int64)
+        end_rows = np.empty(len(ops), np.int64)
+        wait = self.strings(WAIT_SLICE)
+        for d in (1, 2):
+            sel = np.flatnonzero(depth == d)
+            begin_rows[sel], end_rows[sel] = self.rows.slices(
+                track[sel], ops.begin[sel], ops.work_end[sel], d, name[sel], arg[sel])
+            waits = sel[ops.end[sel] > ops.work_end[sel]]
+            self.rows.slices(track[waits], ops.work_end[waits], ops.end[waits], d, wait)
+        return begin_rows, end_rows
 
-    # Ops and their barrier waits, one level below their graph.
-    ops = model.ops
-    node_key = np.stack([ops.node, ops.fused], 1)
-    uniq, inverse = np.unique(node_key, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    op_names, op_args = [], []
-    for node, fused in uniq.tolist():
-        label, tensor = model.op_label(node, fused)
-        op_names.append(strings(f"{label} {tensor}"))
-        op_args.append(len(arg_sets))
-        arg_sets.append(_node_args(model, node, fused))
-    op_track = np.array([thread_track[t] for t in ops.tid.tolist()], np.int64)
-    op_depth = np.where(np.isin(ops.tid, tok.tid), 2, 1)
-    first_op_row = sum(len(c) for c in cols["begin"])
-    for depth in (1, 2):
-        sel = op_depth == depth
-        add(op_track[sel], ops.begin[sel], ops.work_end[sel], depth,
-            np.array(op_names, np.int64)[inverse[sel]], np.array(op_args, np.int64)[inverse[sel]])
-    op_slice = np.empty(len(ops), np.int64)
-    op_slice[np.flatnonzero(op_depth == 1)] = first_op_row + np.arange(np.count_nonzero(op_depth == 1))
-    op_slice[np.flatnonzero(op_depth == 2)] = (
-        first_op_row + np.count_nonzero(op_depth == 1) + np.arange(np.count_nonzero(op_depth == 2))
-    )
-    waits = ops.end > ops.work_end
-    wait_name = strings(WAIT_SLICE)
-    for depth in (1, 2):
-        sel = waits & (op_depth == depth)
-        add(op_track[sel], ops.work_end[sel], ops.end[sel], depth, np.int64(wait_name),
-            np.int64(-1))
+    def tokens_per_second(self) -> None:
+        tok = self.model.tokens
+        n_tokens = tok.arg0.astype(np.int64)
+        done = tok.complete & (n_tokens > 0)
+        seconds = np.maximum(tok.end - tok.begin, 1)[done] / 1e9
+        track = self.track(Track(2, TrackKind.COUNTER, "tokens/s", parent=1, unit="tokens/s"))
+        self.rows.add(tok.end[done], EventType.COUNTER, track, value=n_tokens[done] / seconds)
 
-    rec_name = strings("record")
-    arg_sets.append(_recording_args(model))
-    add(np.int64(recording_track), np.array([model.begin_ns]), np.array([model.end_ns]), 0,
-        np.int64(rec_name), np.int64(len(arg_sets) - 1))
+    def recording(self) -> None:
+        model = self.model
+        track = self.track(Track(3, TrackKind.GLOBAL, RECORDING_TRACK))
+        self.rows.slices(track, np.array([model.begin_ns]), np.array([model.end_ns]), 0,
+                         self.strings("record"), self.arg_set(_recording_args(model)))
+        if model.status != "complete":
+            self.rows.add(model.end_ns - 1, EventType.INSTANT, track,
+                          name=self.strings(f"trace cut short: {model.status}"))
 
-    s_track, s_begin, s_end, s_depth, s_name, s_args = (np.concatenate(cols[k]) for k in cols)
-    n = len(s_begin)
-    # Event rows: slice begins, slice ends, counter samples, instants.
-    ts = [s_begin, s_end]
-    typ = [np.full(n, EventType.SLICE_BEGIN), np.full(n, EventType.SLICE_END)]
-    trk = [s_track, s_track]
-    nam = [s_name, np.full(n, -1)]
-    arg = [s_args, np.full(n, -1)]
-    val = [np.zeros(n), np.zeros(n)]
-    # Same-time order on a track: ends (deepest first), then begins (outermost first).
-    key = [s_depth, -s_depth]
+    def dag_flows(self, op_begin: np.ndarray, rank: np.ndarray) -> None:
+        """One flow per DAG edge, between the op slices of the graph's calling thread (ith 0)."""
+        ops = self.model.ops
+        main = ops.ith == 0
+        begin_of_node = dict(zip(ops.node[main].tolist(), rank[op_begin[main]].tolist(),
+                                 strict=True))
+        for flow, (producer, consumer) in enumerate(self.model.edges.tolist(), start=1):
+            if producer in begin_of_node and consumer in begin_of_node:
+                self.flows_out.setdefault(begin_of_node[producer], []).append(flow)
+                self.flows_in.setdefault(begin_of_node[consumer], []).append(flow)
 
-    dur_s = np.maximum(tok.end - tok.begin, 1) / 1e9
-    n_tok = tok.arg0.astype(np.int64)
-    done = tok.complete & (n_tok > 0)
-    ts.append(tok.end[done].astype(np.int64))
-    typ.append(np.full(np.count_nonzero(done), EventType.COUNTER))
-    trk.append(np.full(np.count_nonzero(done), tps_track))
-    nam.append(np.full(np.count_nonzero(done), -1))
-    arg.append(np.full(np.count_nonzero(done), -1))
-    val.append(n_tok[done] / dur_s[done])
-    key.append(np.zeros(np.count_nonzero(done), np.int64))
-
-    if model.status != "complete":
-        ts.append(np.array([model.end_ns - 1]))
-        typ.append(np.array([EventType.INSTANT]))
-        trk.append(np.array([recording_track]))
-        nam.append(np.array([strings(f"trace cut short: {model.status}")]))
-        arg.append(np.array([-1]))
-        val.append(np.zeros(1))
-        key.append(np.zeros(1, np.int64))
-
-    all_ts = np.concatenate(ts).astype(np.int64)
-    all_type = np.concatenate(typ).astype(np.int8)
-    all_key = np.concatenate(key).astype(np.int64)
-    order = np.lexsort((all_key, all_type != EventType.SLICE_END, all_ts))
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-
-    layout = Layout(
-        pid=model.pid,
-        process_name=model.process_name,
-        cmdline=model.cmdline,
-        tracks=tracks,
-        strings=list(strings.index),
-        arg_sets=arg_sets,
-        ts=all_ts[order],
-        type=all_type[order],
-        track=np.concatenate(trk).astype(np.int64)[order],
-        name=np.concatenate(nam).astype(np.int64)[order],
-        args=np.concatenate(arg).astype(np.int64)[order],
-        value=np.concatenate(val).astype(np.float64)[order],
-    )
-
-    # DAG flows between the op slices of the graph's calling thread (ith 0).
-    main = ops.ith == 0
-    slice_of_node = dict(zip(ops.node[main].tolist(), op_slice[main].tolist(), strict=True))
-    for flow_id, (producer, consumer) in enumerate(model.edges.tolist(), start=1):
-        p, c = slice_of_node.get(producer), slice_of_node.get(consumer)
-        if p is not None and c is not None:
-            layout.flows_out.setdefault(int(rank[p]), []).append(flow_id)
-            layout.flows_in.setdefault(int(rank[c]), []).append(flow_id)
-
-    # Per-thread counters: the running total of each counter over the thread's ops.
-    for c in range(len(model.counters)):
-        delta = np.maximum(ops.counter_delta[:, c], 0)
+    def thread_counters(self, op_begin: np.ndarray, op_end: np.ndarray,
+                        rank: np.ndarray) -> None:
+        """Each counter's running total over a thread's ops, sampled at each op's begin and end."""
+        model, ops = self.model, self.model.ops
         for tid in np.unique(ops.tid).tolist():
             sel = np.flatnonzero(ops.tid == tid)
-            after = np.cumsum(delta[sel])
-            before = after - delta[sel]
-            track_index = counter_track[(tid, c)]
-            for row, v in zip(rank[op_slice[sel]].tolist(), before.tolist(), strict=True):
-                layout.extra_counters.setdefault(row, []).append((track_index, v))
-            for row, v in zip(rank[op_slice[sel] + n].tolist(), after.tolist(), strict=True):
-                layout.extra_counters.setdefault(row, []).append((track_index, v))
-    return layout
+            for c, counter in enumerate(model.counters):
+                track = self.track(Track((2 << 32) | (tid << 4) | c, TrackKind.COUNTER,
+                                         f"{counter} {tid}", parent=1, tid=tid, unit="count"))
+                delta = np.maximum(ops.counter_delta[sel, c], 0)
+                after = np.cumsum(delta)
+                for rows, values in ((op_begin[sel], after - delta), (op_end[sel], after)):
+                    for row, v in zip(rank[rows].tolist(), values.tolist(), strict=True):
+                        self.extra_counters.setdefault(row, []).append((track, v))
+
+
+def build_layout(model: TraceModel) -> Layout:
+    return _LayoutBuilder(model).build()
 
 
 def _recording_args(model: TraceModel) -> Args:

@@ -1,0 +1,3 @@
+from profinfer_perfetto.cli import main
+
+main()

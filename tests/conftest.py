@@ -1,0 +1,53 @@
+"""Shared fixtures: the CLI as a subprocess, and the llama.cpp build and models from setup."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from scripts import assets
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def run_cli(*args: str | Path, timeout: float = 300, user: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """`profinfer-perfetto ARGS` in a subprocess, as an end user runs it."""
+    cmd = [sys.executable, "-m", "profinfer_perfetto", *map(str, args)]
+    if user is not None:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, check=False)
+
+
+@pytest.fixture
+def cli() -> Cli:
+    return run_cli
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run scripts/setup.sh first")
+    return path
+
+
+@pytest.fixture
+def llama() -> Callable[..., Path]:
+    """A llama.cpp tool of the shared (default) or static build."""
+    return lambda tool, build="shared": _require(assets.llama_bin(tool, build))
+
+
+@pytest.fixture
+def model() -> Callable[[str], Path]:
+    return lambda name: _require(assets.model(name))
+
+
+@pytest.fixture(autouse=True)
+def _needs_root(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("root") and os.geteuid() != 0:
+        pytest.fail("this test attaches real probes: run the suite as root")

@@ -1,0 +1,258 @@
+"""Real probes on a real llama.cpp: `profinfer-perfetto record` end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from profinfer_perfetto.model.layout import WAIT_SLICE
+from tests import trace_reader
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.root
+
+PROMPT = "Paris is"
+
+
+def completion(llama: Callable[..., Path], model: Path, threads: int, n: int = 16,
+               build: str = "shared") -> list[str]:
+    return [str(llama("llama-completion", build)), "-m", str(model), "-p", PROMPT, "-n", str(n),
+            "-t", str(threads), "-no-cnv", "--no-warmup", "-s", "1"]
+
+
+def op_slices(trace: trace_reader.Trace) -> list[trace_reader.Slice]:
+    return [s for s in trace.slices if "op" in s.args]
+
+
+def record_slice(trace: trace_reader.Trace) -> trace_reader.Slice:
+    (rec,) = [s for s in trace.slices if s.name == "record"]
+    return rec
+
+
+class BpftraceCount:
+    """bpftrace counting hits of the probed functions, attached beside our recording."""
+
+    def __init__(self, lib_dir: Path, comm: str) -> None:
+        cpu = lib_dir / "libggml-cpu.so.0"
+        program = "".join(
+            f'uprobe:{cpu}:{fn} /comm == "{comm}"/ {{ @{name} = count(); }}\n'
+            for name, fn in (("ops", "ggml_cpu_extra_compute_forward"),
+                             ("fused", "ggml_compute_forward_rms_norm_mul_fused"))
+        )
+        self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "Attaching" in line, f"bpftrace did not attach: {line}"
+        time.sleep(0.5)
+
+    def stop(self) -> dict[str, int]:
+        self.proc.send_signal(signal.SIGINT)
+        out, _ = self.proc.communicate(timeout=30)
+        counts = {}
+        for line in out.splitlines():
+            if line.startswith("@") and ":" in line:
+                key, value = line.split(":")
+                counts[key.strip("@ ")] = int(value)
+        return counts
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
+                             model: Callable[[str], Path], tmp_path: Path, threads: int) -> None:
+    out = tmp_path / "run.pftrace"
+    bpftrace = BpftraceCount(llama("llama-completion").parent, "llama-completio")
+    result = cli("record", "-o", out, "--", *completion(llama, model("tiny-llama"), threads))
+    counts = bpftrace.stop()
+    assert result.returncode == 0, result.stderr
+    assert "recorded llama-completion" in result.stdout and "ui.perfetto.dev" in result.stdout
+
+    trace = trace_reader.read(out)
+    rec = record_slice(trace)
+    assert rec.args["status"] == "complete" and rec.args["complete"] is True
+    assert rec.args["events_lost"] == 0 and rec.args["nodes_lost"] == 0
+    assert rec.args["ops_dropped"] == 0
+
+    # Every op event the probes saw, and no other: the same count as bpftrace's, fused included.
+    ops = op_slices(trace)
+    assert len(ops) == counts["ops"] + counts.get("fused", 0)
+    assert counts.get("fused", 0) > 0
+
+    # Token steps: one prefill of the prompt, then one decode per generated token.
+    steps = [s for s in trace.slices if s.name in ("prefill", "decode")]
+    assert [s.name for s in steps] == ["prefill"] + ["decode"] * 15
+    assert steps[0].args["n_tokens"] == 3 and all(s.args["n_tokens"] == 1 for s in steps[1:])
+
+    # Threads: each runs its share of every node of every graph.
+    per_thread = Counter(trace.tracks[s.track].thread.tid for s in ops)
+    assert len(per_thread) == threads and len(set(per_thread.values())) == 1
+
+    # Nesting: op inside graph inside token step on the calling thread, inside graph elsewhere.
+    main_tid = trace.tracks[steps[0].track].thread.tid
+    for s in ops:
+        assert s.parent is not None and s.parent.name == "graph CPU"
+        assert s.parent.ts <= s.ts and s.end <= s.parent.end
+        if trace.tracks[s.track].thread.tid == main_tid:
+            assert s.parent.parent is not None and s.parent.parent.name in ("prefill", "decode")
+    waits = [s for s in trace.slices if s.name == WAIT_SLICE]
+    assert waits and all(w.parent is not None and w.parent.name == "graph CPU" for w in waits)
+
+    # Names: `OP tensor`, the tensor names llama.cpp gives, layers from their suffix.
+    tensors = {s.args["tensor"] for s in ops}
+    assert {"Qcur-0", "Kcur-3", "ffn_up-2", "result_output"} <= tensors
+    for s in ops:
+        assert s.name == f"{s.args.get('subop') or s.args['op']} {s.args['tensor']}"
+    assert {s.args["layer"] for s in ops} == {-1, 0, 1, 2, 3}
+
+    # DAG: a flow per source link between computed nodes, producer before consumer.
+    assert trace.flows
+    links = {(a.args["tensor"], b.args["tensor"]) for a, b in trace.flows}
+    assert ("attn_norm-1", "Qcur-1") in links and ("ffn_out-0", "l_out-0") in links
+    assert all(a.ts < b.ts for a, b in trace.flows)
+    per_graph = Counter(id(b.parent) for _, b in trace.flows)
+    assert len(per_graph) == len(steps)
+
+
+def test_record_a_static_build(cli: Cli, llama: Callable[..., Path],
+                               model: Callable[[str], Path], tmp_path: Path) -> None:
+    out = tmp_path / "static.pftrace"
+    cmd = completion(llama, model("tiny-llama"), 2, n=4, build="static")
+    result = cli("record", "-o", out, "--", *cmd)
+    assert result.returncode == 0, result.stderr
+    trace = trace_reader.read(out)
+    assert record_slice(trace).args["events_lost"] == 0
+    assert {s.args["op"] for s in op_slices(trace)} >= {"MUL_MAT", "ROPE", "RMS_NORM+MUL"}
+    assert trace.flows
+
+
+def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
+                                    model: Callable[[str], Path], tmp_path: Path) -> None:
+    port = 18_000 + int(time.time()) % 1000
+    server = subprocess.Popen(
+        [str(llama("llama-server")), "-m", str(model("tiny-llama")), "-t", "2", "--host",
+         "127.0.0.1", "--port", str(port), "--no-warmup", "-c", "512"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = tmp_path / "server.pftrace"
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/health")
+        recorder = subprocess.Popen(
+            [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--pid",
+             str(server.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert recorder.stderr is not None
+        assert "tracing pid" in recorder.stderr.readline()
+        bpftrace = BpftraceCount(llama("llama-server").parent, "llama-server")
+        for _ in range(2):
+            _post(f"http://127.0.0.1:{port}/completion", {"prompt": PROMPT, "n_predict": 8})
+        counts = bpftrace.stop()
+        recorder.send_signal(signal.SIGINT)
+        _, stderr = recorder.communicate(timeout=60)
+        assert recorder.returncode == 0, stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    trace = trace_reader.read(out)
+    rec = record_slice(trace)
+    assert rec.args["status"] == "recorder stopped by SIGINT"
+    assert rec.args["events_lost"] == 0
+    assert len(op_slices(trace)) == counts["ops"] + counts.get("fused", 0) > 0
+    assert "ref_ctr_offset mismatch" not in _dmesg()
+
+
+def test_a_crashing_target_leaves_a_valid_trace(llama: Callable[..., Path],
+                                               model: Callable[[str], Path],
+                                               tmp_path: Path) -> None:
+    out = tmp_path / "crash.pftrace"
+    cmd = completion(llama, model("medium-llama"), 2, n=2000)
+    recorder = subprocess.Popen([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                                 str(out), "--", *cmd], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert recorder.stderr is not None
+    line = recorder.stderr.readline()
+    pid = int(line.split("tracing pid ")[1].split(";")[0])
+    time.sleep(4)
+    subprocess.run(["kill", "-SEGV", str(pid)], check=True)
+    stdout, stderr = recorder.communicate(timeout=120)
+    assert recorder.returncode == 0, stderr
+    assert "target killed by SIGSEGV" in stdout
+    trace = trace_reader.read(out)
+    assert record_slice(trace).args["complete"] is False
+    assert [s.name for s in trace.instants] == ["trace cut short: target killed by SIGSEGV"]
+    assert op_slices(trace)
+
+
+def test_sigterm_to_the_recorder_finalises_the_trace(llama: Callable[..., Path],
+                                                     model: Callable[[str], Path],
+                                                     tmp_path: Path) -> None:
+    out = tmp_path / "term.pftrace"
+    cmd = completion(llama, model("medium-llama"), 2, n=2000)
+    recorder = subprocess.Popen([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                                 str(out), "--", *cmd], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert recorder.stderr is not None
+    recorder.stderr.readline()
+    time.sleep(4)
+    recorder.send_signal(signal.SIGTERM)
+    _, stderr = recorder.communicate(timeout=120)
+    assert recorder.returncode == 0, stderr
+    trace = trace_reader.read(out)
+    assert record_slice(trace).args["status"] == "recorder stopped by SIGTERM"
+    assert op_slices(trace)
+
+
+def test_chrome_json(cli: Cli, llama: Callable[..., Path], model: Callable[[str], Path],
+                     tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    result = cli("record", "--json", "-o", out, "--",
+                 *completion(llama, model("tiny-qwen3moe"), 2, n=4))
+    assert result.returncode == 0, result.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    phases = Counter(e["ph"] for e in events)
+    assert phases["B"] == phases["E"] > 0 and phases["s"] == phases["f"] > 0
+    assert any(e.get("args", {}).get("op") == "MUL_MAT_ID" for e in events)
+
+
+def _wait_for(url: str, timeout: float = 60) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def _post(url: str, body: dict[str, object]) -> None:
+    import urllib.request
+
+    req = urllib.request.Request(url, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+
+
+def _dmesg() -> str:
+    return subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout
+
+
+def test_a_target_that_fails_early_leaves_a_valid_trace(cli: Cli, llama: Callable[..., Path],
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "early.pftrace"
+    result = cli("record", "-o", out, "--", *completion(llama, tmp_path / "missing.gguf", 1))
+    assert result.returncode == 0, result.stderr
+    trace = trace_reader.read(out)
+    rec = record_slice(trace)
+    assert rec.args["status"] == "target exited with code 1" and rec.args["complete"] is False
+    assert op_slices(trace) == []

@@ -1,0 +1,73 @@
+"""Finding the probe sites and the op names in real llama.cpp builds: shared, stripped, static."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from profinfer_perfetto.capture.elf import ElfFile
+from profinfer_perfetto.capture.ggml import read_ggml_info
+from profinfer_perfetto.capture.target import objects_of_command, plan_probes
+from profinfer_perfetto.errors import ProfinferError
+
+
+def _fns(plan_probes_result: object) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in plan_probes_result.probes:  # type: ignore[attr-defined]
+        counts[p.fn] = counts.get(p.fn, 0) + 1
+    return counts
+
+
+def test_shared_build(llama: Callable[..., Path]) -> None:
+    plan = plan_probes(objects_of_command([str(llama("llama-completion"))], []))
+    fns = _fns(plan)
+    assert fns["op_begin"] == 1 and fns["fused_op_begin"] == 1 and fns["barrier_enter"] >= 2
+    assert fns["graph_begin"] == fns["graph_end"] == 1
+    assert fns["decode_begin"] == fns["process_begin"] == 1 and fns["token_end"] == 3
+    assert plan.notes == ()
+    assert plan.ggml.version == "0.25.3" and plan.ggml.ops[29] == "MUL_MAT"
+    assert {p.path.name for p in plan.probes} == {"libggml-cpu.so.0", "libllama.so.0"}
+
+
+def test_offsets_are_file_offsets_of_the_symbols(llama: Callable[..., Path]) -> None:
+    lib = llama("llama-completion").parent / "libggml-cpu.so.0"
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
+                        text=True, check=True).stdout
+    exported = {line.split()[2]: int(line.split()[0], 16) for line in nm.splitlines()}
+    elf = ElfFile(lib)
+    sym = elf.symbols["ggml_cpu_extra_compute_forward"]
+    assert sym.vaddr == exported["ggml_cpu_extra_compute_forward"]
+    assert elf.read(sym.vaddr, 16) == lib.read_bytes()[elf.file_offset(sym.vaddr):][:16]
+
+
+def test_stripped_libraries_keep_their_probe_sites(llama: Callable[..., Path],
+                                                   tmp_path: Path) -> None:
+    bin_dir = llama("llama-completion").parent
+    for lib in ("libggml-cpu.so.0", "libggml-base.so.0"):
+        shutil.copy(bin_dir / lib, tmp_path / lib)
+        subprocess.run(["strip", "--strip-all", str(tmp_path / lib)], check=True)
+        assert not ElfFile(tmp_path / lib).has_symtab
+    plan = plan_probes([tmp_path / "libggml-cpu.so.0", tmp_path / "libggml-base.so.0"])
+    unstripped = plan_probes([bin_dir / "libggml-cpu.so.0", bin_dir / "libggml-base.so.0"])
+    assert [(p.fn, p.offset) for p in plan.probes] == [
+        (p.fn, p.offset) for p in unstripped.probes
+    ]
+    assert plan.ggml == unstripped.ggml
+
+
+def test_static_build_names_equal_the_shared_library_s(llama: Callable[..., Path]) -> None:
+    static = ElfFile(llama("llama-completion", "static"))
+    shared = ElfFile(llama("llama-completion").parent / "libggml-base.so.0")
+    assert not static.is_shared_library and shared.is_shared_library
+    assert read_ggml_info(static) == read_ggml_info(shared)
+    fns = _fns(plan_probes([static.path]))
+    assert fns["op_begin"] == 1 and fns["barrier_enter"] >= 2 and fns["process_begin"] == 1
+
+
+def test_a_binary_without_the_runtime_is_refused() -> None:
+    with pytest.raises(ProfinferError, match="ggml_cpu_extra_compute_forward is not defined in"):
+        plan_probes(objects_of_command(["/bin/true"], []))
