@@ -120,7 +120,7 @@ static __always_inline void submit(struct event *e) {
     events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
-// Copy one tensor's descriptor into the nodes ring; returns 0 when the ring is full.
+// Copy one tensor's descriptor into the nodes ring (counted as lost when it is full).
 static __always_inline void describe(u64 ts, const void *tensor) {
     int zero = 0;
     struct tensor_bytes *t = scratch.lookup(&zero);
@@ -168,34 +168,11 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     nodes.ringbuf_submit(n, BPF_RB_NO_WAKEUP);
 }
 
-// ggml_cpu_extra_compute_forward(params, tensor): entered by every thread for every node.
-int op_begin(struct pt_regs *ctx) {
+// One thread starts its share of a node (or of a fused node pair: `second` non-null).
+static __always_inline int begin_op(const void *params, const void *first, const void *second) {
     struct event *e = begin_event(EV_OP_BEGIN);
     if (!e)
         return 0;
-    const void *params = (const void *)PT_REGS_PARM1(ctx);
-    const void *tensor = (const void *)PT_REGS_PARM2(ctx);
-    int ith_nth[2] = {0, 0};
-    bpf_probe_read_user(ith_nth, sizeof(ith_nth), params);
-    e->arg0 = (u64)tensor;
-    e->ith = ith_nth[0];
-    e->aux = ith_nth[1];
-    u64 ts = e->ts;
-    submit(e);
-    if (ith_nth[0] == 0)
-        describe(ts, tensor);
-    return 0;
-}
-
-// The call of ggml_compute_forward_rms_norm_mul_fused(params, rms_node, mul_node):
-// a fused node pair that bypasses ggml_cpu_extra_compute_forward.
-int fused_op_begin(struct pt_regs *ctx) {
-    struct event *e = begin_event(EV_OP_BEGIN);
-    if (!e)
-        return 0;
-    const void *params = (const void *)PT_REGS_PARM1(ctx);
-    const void *first = (const void *)PT_REGS_PARM2(ctx);
-    const void *second = (const void *)PT_REGS_PARM3(ctx);
     int ith_nth[2] = {0, 0};
     bpf_probe_read_user(ith_nth, sizeof(ith_nth), params);
     e->arg0 = (u64)first;
@@ -206,9 +183,22 @@ int fused_op_begin(struct pt_regs *ctx) {
     submit(e);
     if (ith_nth[0] == 0) {
         describe(ts, first);
-        describe(ts, second);
+        if (second)
+            describe(ts, second);
     }
     return 0;
+}
+
+// ggml_cpu_extra_compute_forward(params, tensor): entered by every thread for every node.
+int op_begin(struct pt_regs *ctx) {
+    return begin_op((const void *)PT_REGS_PARM1(ctx), (const void *)PT_REGS_PARM2(ctx), 0);
+}
+
+// The call of ggml_compute_forward_rms_norm_mul_fused(params, rms_node, mul_node):
+// a fused node pair that bypasses ggml_cpu_extra_compute_forward.
+int fused_op_begin(struct pt_regs *ctx) {
+    return begin_op((const void *)PT_REGS_PARM1(ctx), (const void *)PT_REGS_PARM2(ctx),
+                    (const void *)PT_REGS_PARM3(ctx));
 }
 
 // A call of ggml_barrier in the graph loop function. Ops inlined there have barriers of their
@@ -236,14 +226,17 @@ int graph_begin(struct pt_regs *ctx) {
     return 0;
 }
 
-int graph_end(struct pt_regs *ctx) {
-    struct event *e = begin_event(EV_GRAPH_END);
+// A return of a graph or token function, with its return value.
+static __always_inline int returned(struct pt_regs *ctx, u8 kind) {
+    struct event *e = begin_event(kind);
     if (!e)
         return 0;
     e->arg0 = PT_REGS_RC(ctx);
     submit(e);
     return 0;
 }
+
+int graph_end(struct pt_regs *ctx) { return returned(ctx, EV_GRAPH_END); }
 
 static __always_inline int token_begin(u32 entry, s64 n_tokens) {
     struct event *e = begin_event(EV_TOKEN_BEGIN);
@@ -280,11 +273,4 @@ int process_begin(struct pt_regs *ctx) {
     return token_begin(PT_REGS_PARM2(ctx) == 0 ? TOKEN_ENCODE : TOKEN_DECODE, n_tokens);
 }
 
-int token_end(struct pt_regs *ctx) {
-    struct event *e = begin_event(EV_TOKEN_END);
-    if (!e)
-        return 0;
-    e->arg0 = PT_REGS_RC(ctx);
-    submit(e);
-    return 0;
-}
+int token_end(struct pt_regs *ctx) { return returned(ctx, EV_TOKEN_END); }

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from profinfer_perfetto import __version__
-from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes
+from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes, counter_config
 from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.commands import doctor
 from profinfer_perfetto.commands.record import RecordCommand
@@ -55,6 +55,8 @@ def record(
 ) -> None:
     """Trace a llama.cpp run (a command, or --pid) into a Perfetto trace."""
     counters = ["context-switches"] if counter is None else [c for c in counter if c != "none"]
+    for name in counters:
+        counter_config(name)
     if len(counters) > MAX_COUNTERS:
         raise ProfinferError(f"at most {MAX_COUNTERS} counters can be read per op")
     if bool(command) == (pid is not None):

@@ -21,7 +21,7 @@ def run_cli(*args: str | Path, timeout: float = 300, user: str | None = None
     cmd = [sys.executable, "-m", "profinfer_perfetto", *map(str, args)]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
                           stdin=subprocess.DEVNULL, check=False)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from profinfer_perfetto.capture.events import EVENT, NODE, Kind, TokenEntry
 from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout
-from profinfer_perfetto.capture.recorder import Recording
+from profinfer_perfetto.capture.recorder import Recording, Run
 
 OPS = ("NONE", "DUP", "ADD", "MUL", "RMS_NORM", "MUL_MAT", "UNARY")
 GGML = GgmlInfo(
@@ -75,15 +75,17 @@ def recording(status: str = "complete") -> Recording:
     return Recording(
         events=np.array(e, EVENT),
         nodes=np.array(n, NODE),
-        ggml=GGML,
-        pid=PID,
-        process_name="llama-synthetic",
-        cmdline=["llama-synthetic", "-t", "2"],
-        threads={MAIN: "llama-synthetic", WORKER: "llama-synthetic"},
-        counters=["context-switches"],
-        lost_events=0,
-        lost_nodes=0,
-        begin_ns=500,
-        end_ns=15_000,
-        status=status,
+        run=Run(
+            ggml=GGML,
+            pid=PID,
+            process_name="llama-synthetic",
+            cmdline=["llama-synthetic", "-t", "2"],
+            threads={MAIN: "llama-synthetic", WORKER: "llama-synthetic"},
+            counters=["context-switches"],
+            lost_events=0,
+            lost_nodes=0,
+            begin_ns=500,
+            end_ns=15_000,
+            status=status,
+        ),
     )

@@ -29,9 +29,9 @@ DRAIN_INTERVAL_S = 0.1
 
 
 @dataclass
-class Recording:
-    events: np.ndarray
-    nodes: np.ndarray
+class Run:
+    """What was recorded and how the capture went."""
+
     ggml: GgmlInfo
     pid: int
     process_name: str
@@ -51,6 +51,13 @@ class Recording:
         return self.status == "complete"
 
 
+@dataclass
+class Recording:
+    events: np.ndarray
+    nodes: np.ndarray
+    run: Run
+
+
 @dataclass(frozen=True)
 class RecordRequest:
     command: list[str] | None = None
@@ -68,6 +75,11 @@ def plan(request: RecordRequest) -> ProbePlan:
     if request.pid is None:
         raise ProfinferError("give a command to run or --pid of a running process")
     return target.plan_probes(target.objects_of_process(request.pid, extra))
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise ProfinferError("recording attaches eBPF probes and needs root: run it with sudo")
 
 
 def boot_ns() -> int:
@@ -124,8 +136,7 @@ def record(
 
     `on_attached(pid)` runs once the probes are in place, before a launched target starts.
     """
-    if os.geteuid() != 0:
-        raise ProfinferError("recording attaches eBPF probes and needs root: run it with sudo")
+    require_root()
     text = program_text(probe_plan.ggml, list(request.counters), request.rings)
     event_chunks: list[np.ndarray] = []
     node_chunks: list[np.ndarray] = []
@@ -196,9 +207,7 @@ def record(
         drain()
         end = boot_ns()
         lost_events, lost_nodes = session.lost()
-    return Recording(
-        events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),
-        nodes=np.concatenate(node_chunks) if node_chunks else np.empty(0, NODE),
+    run = Run(
         ggml=probe_plan.ggml,
         pid=pid,
         process_name=process_name,
@@ -211,4 +220,9 @@ def record(
         end_ns=end,
         status=status,
         notes=list(probe_plan.notes),
+    )
+    return Recording(
+        events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),
+        nodes=np.concatenate(node_chunks) if node_chunks else np.empty(0, NODE),
+        run=run,
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from profinfer_perfetto.capture.bpf import program_text
-from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
@@ -34,6 +34,7 @@ class RecordCommand:
                 kind = "uretprobe" if probe.ret else "uprobe"
                 print(f"// {kind} {probe.fn}: {probe.path} +{probe.offset:#x} ({probe.where})")
             return 0
+        require_root()
         check_writable(self.output)
         recording = record(self.request, probe_plan, self._attached)
         model = build(recording)
@@ -63,15 +64,15 @@ def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
     threads = len(set(model.ops.tid.tolist()))
     size = output.stat().st_size
     lines = [
-        f"recorded {model.process_name} (pid {model.pid}): {model.status}",
+        f"recorded {model.run.process_name} (pid {model.run.pid}): {model.run.status}",
         f"  token steps {len(tok)}" + (f" ({by_phase}; {int(n_tokens[n_tokens > 0].sum())} "
                                         "tokens)" if len(tok) else ""),
         f"  graphs {len(model.graphs)}, ops {len(model.ops)} on {threads} threads, "
         f"DAG edges {len(model.edges)}",
-        f"  events {model.event_count}, lost {model.lost_events} events and "
-        f"{model.lost_nodes} node descriptors, {model.dropped_ops} ops outside graphs",
+        f"  events {model.event_count}, lost {model.run.lost_events} events and "
+        f"{model.run.lost_nodes} node descriptors, {model.dropped_ops} ops outside graphs",
     ]
-    lines += [f"  note: {note}" for note in model.notes]
+    lines += [f"  note: {note}" for note in model.run.notes]
     lines.append(f"wrote {output} ({size / 1024:.1f} KiB, {written} {unit}): "
                  "open it in https://ui.perfetto.dev")
     return "\n".join(lines)

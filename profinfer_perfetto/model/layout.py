@@ -101,7 +101,7 @@ class _Strings:
 def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     op, tensor = model.op_label(node, fused)
     rec = model.nodes.raw[fused if fused >= 0 else node]
-    ggml = model.ggml
+    ggml = model.run.ggml
     args: list[tuple[str, ArgValue]] = [
         ("op", ggml.op_name(int(rec["op"])) if fused < 0 else op),
         ("tensor", tensor),
@@ -167,7 +167,7 @@ class _LayoutBuilder:
         self.strings = _Strings()
         self.arg_sets: list[Args] = []
         self.rows = _Rows()
-        self.tracks = [Track(1, TrackKind.PROCESS, model.process_name)]
+        self.tracks = [Track(1, TrackKind.PROCESS, model.run.process_name)]
         self.flows_out: dict[int, list[int]] = {}
         self.flows_in: dict[int, list[int]] = {}
         self.extra_counters: dict[int, list[tuple[int, int]]] = {}
@@ -183,7 +183,7 @@ class _LayoutBuilder:
     def build(self) -> Layout:
         model = self.model
         thread = {tid: self.track(Track((1 << 32) | tid, TrackKind.THREAD,
-                                        model.threads.get(tid, model.process_name),
+                                        model.run.threads.get(tid, model.run.process_name),
                                         parent=1, tid=tid))
                   for tid in model.thread_ids()}
         caller = np.isin(model.ops.tid, model.tokens.tid)
@@ -196,9 +196,9 @@ class _LayoutBuilder:
         self.dag_flows(op_begin, rank)
         self.thread_counters(op_begin, op_end, rank)
         return Layout(
-            pid=model.pid,
-            process_name=model.process_name,
-            cmdline=model.cmdline,
+            pid=model.run.pid,
+            process_name=model.run.process_name,
+            cmdline=model.run.cmdline,
             tracks=self.tracks,
             strings=list(self.strings.index),
             arg_sets=self.arg_sets,
@@ -286,11 +286,11 @@ class _LayoutBuilder:
     def recording(self) -> None:
         model = self.model
         track = self.track(Track(3, TrackKind.GLOBAL, RECORDING_TRACK))
-        self.rows.slices(track, np.array([model.begin_ns]), np.array([model.end_ns]), 0,
+        self.rows.slices(track, np.array([model.run.begin_ns]), np.array([model.run.end_ns]), 0,
                          self.strings("record"), self.arg_set(_recording_args(model)))
-        if model.status != "complete":
-            self.rows.add(model.end_ns - 1, EventType.INSTANT, track,
-                          name=self.strings(f"trace cut short: {model.status}"))
+        if model.run.status != "complete":
+            self.rows.add(model.run.end_ns - 1, EventType.INSTANT, track,
+                          name=self.strings(f"trace cut short: {model.run.status}"))
 
     def dag_flows(self, op_begin: np.ndarray, rank: np.ndarray) -> None:
         """One flow per DAG edge, between the op slices of the graph's calling thread (ith 0)."""
@@ -309,7 +309,7 @@ class _LayoutBuilder:
         model, ops = self.model, self.model.ops
         for tid in np.unique(ops.tid).tolist():
             sel = np.flatnonzero(ops.tid == tid)
-            for c, counter in enumerate(model.counters):
+            for c, counter in enumerate(model.run.counters):
                 track = self.track(Track((2 << 32) | (tid << 4) | c, TrackKind.COUNTER,
                                          f"{counter} {tid}", parent=1, tid=tid, unit="count"))
                 delta = np.maximum(ops.counter_delta[sel, c], 0)
@@ -325,17 +325,17 @@ def build_layout(model: TraceModel) -> Layout:
 
 def _recording_args(model: TraceModel) -> Args:
     args: list[tuple[str, ArgValue]] = [
-        ("status", model.status),
-        ("complete", model.status == "complete"),
+        ("status", model.run.status),
+        ("complete", model.run.status == "complete"),
         ("events", model.event_count),
-        ("events_lost", model.lost_events),
-        ("nodes_lost", model.lost_nodes),
+        ("events_lost", model.run.lost_events),
+        ("nodes_lost", model.run.lost_nodes),
         ("ops_dropped", model.dropped_ops),
         ("tool", f"profinfer-perfetto {__version__}"),
-        ("ggml_version", model.ggml.version),
-        ("ggml_commit", model.ggml.commit),
-        ("counters", ",".join(model.counters)),
-        ("command", " ".join(model.cmdline)),
+        ("ggml_version", model.run.ggml.version),
+        ("ggml_commit", model.run.ggml.commit),
+        ("counters", ",".join(model.run.counters)),
+        ("command", " ".join(model.run.cmdline)),
     ]
-    args += [(f"note{i}", note) for i, note in enumerate(model.notes)]
+    args += [(f"note{i}", note) for i, note in enumerate(model.run.notes)]
     return tuple(args)

@@ -16,13 +16,12 @@ is decided here:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from profinfer_perfetto.capture.events import EVENT, Kind, TokenEntry
-from profinfer_perfetto.capture.ggml import GgmlInfo
-from profinfer_perfetto.capture.recorder import Recording
+from profinfer_perfetto.capture.recorder import Recording, Run
 
 _INVALID_COUNTER = np.uint64(1 << 63)
 _LAYER = re.compile(r"-(\d+)$")
@@ -91,27 +90,16 @@ class Ops:
 
 @dataclass
 class TraceModel:
-    ggml: GgmlInfo
-    pid: int
-    process_name: str
-    cmdline: list[str]
-    threads: dict[int, str]
-    counters: list[str]
+    run: Run
     tokens: Spans
     graphs: Spans
     nodes: Nodes
     ops: Ops
     edges: np.ndarray
     """(n, 2) node indices: producer, consumer."""
-    begin_ns: int
-    end_ns: int
-    status: str
-    lost_events: int
-    lost_nodes: int
     event_count: int
     dropped_ops: int
     """Op events outside any graph (a capture that began mid-graph)."""
-    notes: list[str] = field(default_factory=list)
 
     def op_label(self, node: int, fused: int) -> tuple[str, str]:
         """The op (sub-op for UNARY and GLU, `A+B` for a fused pair) and the tensor name."""
@@ -120,13 +108,13 @@ class TraceModel:
         for n in ops:
             rec = self.nodes.raw[n]
             labels.append(
-                self.ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
-                or self.ggml.op_name(int(rec["op"]))
+                self.run.ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
+                or self.run.ggml.op_name(int(rec["op"]))
             )
         return "+".join(labels), self.nodes.names[ops[-1]]
 
     def thread_ids(self) -> list[int]:
-        tids = set(self.threads) | set(self.ops.tid.tolist()) | set(self.tokens.tid.tolist())
+        tids = set(self.run.threads) | set(self.ops.tid.tolist()) | set(self.tokens.tid.tolist())
         return sorted(tids | set(self.graphs.tid.tolist()))
 
 
@@ -210,8 +198,8 @@ def build(recording: Recording) -> TraceModel:
     events = recording.events
     order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
     events = events[order]
-    tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, recording.end_ns)
-    graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, recording.end_ns)
+    tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, recording.run.end_ns)
+    graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, recording.run.end_ns)
 
     raw = recording.nodes[np.argsort(recording.nodes["ts"], kind="stable")]
     node_graph = graphs.containing(raw["ts"])
@@ -252,7 +240,7 @@ def build(recording: Recording) -> TraceModel:
     work_end = np.where(has_barrier, work["ts"][np.maximum(last_barrier, 0)], end)
     work_end = np.minimum(work_end, end)
 
-    counters = len(recording.counters)
+    counters = len(recording.run.counters)
     after = work[np.where(has_barrier, last_barrier, begin_rows)]
     usable = (after["cpu"] == b["cpu"]) & has_barrier
     delta = np.full((n_ops, counters), -1, np.int64)
@@ -283,25 +271,14 @@ def build(recording: Recording) -> TraceModel:
     pairs = ops.fused >= 0
     fused_second[ops.node[pairs]] = ops.fused[pairs]
     return TraceModel(
-        ggml=recording.ggml,
-        pid=recording.pid,
-        process_name=recording.process_name,
-        cmdline=recording.cmdline,
-        threads=dict(recording.threads),
-        counters=list(recording.counters),
+        run=recording.run,
         tokens=tokens,
         graphs=graphs,
         nodes=nodes,
         ops=ops,
         edges=_edges(nodes, fused_second),
-        begin_ns=recording.begin_ns,
-        end_ns=recording.end_ns,
-        status=recording.status,
-        lost_events=recording.lost_events,
-        lost_nodes=recording.lost_nodes,
         event_count=len(recording.events),
         dropped_ops=dropped + int(np.count_nonzero(~known)),
-        notes=list(recording.notes),
     )
 
 

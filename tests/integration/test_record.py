@@ -37,6 +37,17 @@ def record_slice(trace: trace_reader.Trace) -> trace_reader.Slice:
     return rec
 
 
+def start_recorder(out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """`record -o OUT ARGS` in the background, once it says its probes are attached."""
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    assert recorder.stderr is not None
+    line = recorder.stderr.readline()
+    assert "tracing pid" in line, line
+    return recorder, int(line.split("tracing pid ")[1].split(";")[0])
+
+
 class BpftraceCount:
     """bpftrace counting hits of the probed functions, attached beside our recording."""
 
@@ -50,8 +61,10 @@ class BpftraceCount:
         self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert "Attaching" in line, f"bpftrace did not attach: {line}"
+        said = [self.proc.stdout.readline()]
+        while said[-1] and "Attaching" not in said[-1]:
+            said.append(self.proc.stdout.readline())
+        assert said[-1], f"bpftrace did not attach: {''.join(said)}"
         time.sleep(0.5)
 
     def stop(self) -> dict[str, int]:
@@ -143,11 +156,7 @@ def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
     out = tmp_path / "server.pftrace"
     try:
         _wait_for(f"http://127.0.0.1:{port}/health")
-        recorder = subprocess.Popen(
-            [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--pid",
-             str(server.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert recorder.stderr is not None
-        assert "tracing pid" in recorder.stderr.readline()
+        recorder, _ = start_recorder(out, "--pid", str(server.pid))
         bpftrace = BpftraceCount(llama("llama-server").parent, "llama-server")
         for _ in range(2):
             _post(f"http://127.0.0.1:{port}/completion", {"prompt": PROMPT, "n_predict": 8})
@@ -170,13 +179,7 @@ def test_a_crashing_target_leaves_a_valid_trace(llama: Callable[..., Path],
                                                model: Callable[[str], Path],
                                                tmp_path: Path) -> None:
     out = tmp_path / "crash.pftrace"
-    cmd = completion(llama, model("medium-llama"), 2, n=2000)
-    recorder = subprocess.Popen([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                                 str(out), "--", *cmd], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-    assert recorder.stderr is not None
-    line = recorder.stderr.readline()
-    pid = int(line.split("tracing pid ")[1].split(";")[0])
+    recorder, pid = start_recorder(out, "--", *completion(llama, model("medium-llama"), 2, 2000))
     time.sleep(4)
     subprocess.run(["kill", "-SEGV", str(pid)], check=True)
     stdout, stderr = recorder.communicate(timeout=120)
@@ -192,12 +195,7 @@ def test_sigterm_to_the_recorder_finalises_the_trace(llama: Callable[..., Path],
                                                      model: Callable[[str], Path],
                                                      tmp_path: Path) -> None:
     out = tmp_path / "term.pftrace"
-    cmd = completion(llama, model("medium-llama"), 2, n=2000)
-    recorder = subprocess.Popen([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                                 str(out), "--", *cmd], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-    assert recorder.stderr is not None
-    recorder.stderr.readline()
+    recorder, _ = start_recorder(out, "--", *completion(llama, model("medium-llama"), 2, 2000))
     time.sleep(4)
     recorder.send_signal(signal.SIGTERM)
     _, stderr = recorder.communicate(timeout=120)
