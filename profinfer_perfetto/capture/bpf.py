@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -50,6 +51,7 @@ HARDWARE_COUNTERS = {
 _PERF_TYPE_HARDWARE = 0
 _PERF_TYPE_SOFTWARE = 1
 MAX_COUNTERS = 2
+_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,23 @@ def counter_config(name: str) -> tuple[int, int]:
     raise ProfinferError(f"unknown counter {name!r} (known: {known})")
 
 
+def counter_opens(counter: str) -> bool:
+    """Can this process open the counter for itself (perf_event_open(2))?"""
+    number = _PERF_EVENT_OPEN.get(platform.machine())
+    if number is None:
+        return False
+    kind, config = counter_config(counter)
+    attr = (ctypes.c_uint8 * 128)()
+    ctypes.memmove(attr, (ctypes.c_uint32 * 2)(kind, 128), 8)
+    ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(config), 8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(number, attr, 0, -1, -1, 0)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
 def _import_bcc() -> Any:
     try:
         import bcc
@@ -135,19 +154,21 @@ class ProbeSession:
         bcc = _import_bcc()
         self._counters = counters
         configs = [counter_config(c) for c in counters]
+        for name, (kind, _) in zip(counters, configs, strict=True):
+            if not counter_opens(name):
+                raise ProfinferError(
+                    f"counter {name} cannot be opened on this machine"
+                    + (" (it has no hardware PMU)" if kind == _PERF_TYPE_HARDWARE else "")
+                )
         try:
             self._bpf = bcc.BPF(text=text.encode())
         except Exception as exc:
             raise ProfinferError(f"the BPF program did not load: {exc}") from exc
-        for name, (kind, config) in zip(("counter0", "counter1"), configs, strict=False):
+        for table, (kind, config) in zip(("counter0", "counter1"), configs, strict=False):
             try:
-                self._bpf[name].open_perf_event(kind, config)
-            except Exception:
-                label = counters[int(name[-1])]
-                raise ProfinferError(
-                    f"counter {label} cannot be opened on this machine"
-                    + (" (it has no hardware PMU)" if kind == _PERF_TYPE_HARDWARE else "")
-                ) from None
+                self._bpf[table].open_perf_event(kind, config)
+            except Exception as exc:
+                raise ProfinferError(f"counter {counters[int(table[-1])]}: {exc}") from None
         page = os.sysconf("SC_PAGE_SIZE")
         self.events = RingReader(self._bpf["events"].map_fd, rings.event_pages * page, EVENT)
         self.nodes = RingReader(self._bpf["nodes"].map_fd, rings.node_pages * page, NODE)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import shutil
@@ -10,9 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from profinfer_perfetto.capture.bpf import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_config
-
-_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+from profinfer_perfetto.capture.bpf import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_opens
 
 
 @dataclass(frozen=True)
@@ -22,23 +19,6 @@ class Check:
     detail: str
     fix: str = ""
     required: bool = True
-
-
-def _perf_event_opens(counter: str) -> bool:
-    """Can this process open the counter for itself (perf_event_open(2))?"""
-    number = _PERF_EVENT_OPEN.get(platform.machine())
-    if number is None:
-        return False
-    kind, config = counter_config(counter)
-    attr = (ctypes.c_uint8 * 128)()
-    ctypes.memmove(attr, (ctypes.c_uint32 * 2)(kind, 128), 8)
-    ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(config), 8)
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.syscall(number, attr, 0, -1, -1, 0)
-    if fd < 0:
-        return False
-    os.close(fd)
-    return True
 
 
 def _kernel_at_least(major: int, minor: int) -> bool:
@@ -63,8 +43,8 @@ def checks() -> list[Check]:
         None,
     )
     tp_bin = os.environ.get("PROFINFER_TP_BIN")
-    sw = [c for c in SOFTWARE_COUNTERS if _perf_event_opens(c)]
-    hw = [c for c in HARDWARE_COUNTERS if _perf_event_opens(c)]
+    sw = [c for c in SOFTWARE_COUNTERS if counter_opens(c)]
+    hw = [c for c in HARDWARE_COUNTERS if counter_opens(c)]
     table: list[tuple[str, Callable[[], bool], str, str, bool]] = [
         ("root", lambda: os.geteuid() == 0, "eBPF probes need root", "run with sudo", True),
         ("kernel >= 5.8", lambda: _kernel_at_least(5, 8), f"running {release}",

@@ -254,3 +254,53 @@ def test_a_target_that_fails_early_leaves_a_valid_trace(cli: Cli, llama: Callabl
     rec = record_slice(trace)
     assert rec.args["status"] == "target exited with code 1" and rec.args["complete"] is False
     assert op_slices(trace) == []
+
+
+def test_duration_stops_a_launched_target(cli: Cli, llama: Callable[..., Path],
+                                          model: Callable[[str], Path], tmp_path: Path) -> None:
+    out = tmp_path / "window.pftrace"
+    result = cli("record", "--duration", "3", "-o", out, "--",
+                 *completion(llama, model("medium-llama"), 2, n=2000))
+    assert result.returncode == 0, result.stderr
+    trace = trace_reader.read(out)
+    assert record_slice(trace).args["status"] == "duration reached"
+    assert op_slices(trace)
+
+
+def test_two_software_counters(cli: Cli, llama: Callable[..., Path],
+                               model: Callable[[str], Path], tmp_path: Path) -> None:
+    out = tmp_path / "counters.pftrace"
+    result = cli("record", "--counter", "task-clock", "--counter", "page-faults", "-o", out,
+                 "--", *completion(llama, model("tiny-llama"), 2, n=4))
+    assert result.returncode == 0, result.stderr
+    trace = trace_reader.read(out)
+    names = {trace.track_name(u).split()[0] for u in trace.counters}
+    assert names == {"task-clock", "page-faults", "tokens/s"}
+    task_clock = [v for u, samples in trace.counters.items()
+                  if trace.track_name(u).startswith("task-clock") for _, v in samples]
+    assert max(task_clock) > 0  # ns of CPU time accumulated over the thread's ops
+
+
+def test_hardware_counters_work_or_fail_clearly(cli: Cli, llama: Callable[..., Path],
+                                                model: Callable[[str], Path],
+                                                tmp_path: Path) -> None:
+    out = tmp_path / "cycles.pftrace"
+    has_pmu = "ok       hardware counters" in cli("doctor").stdout
+    result = cli("record", "--counter", "cycles", "-o", out, "--",
+                 *completion(llama, model("tiny-llama"), 1, n=2))
+    if has_pmu:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == 2
+        assert result.stderr.strip() == (
+            "profinfer-perfetto: counter cycles cannot be opened on this machine "
+            "(it has no hardware PMU)")
+        assert not out.exists()
+
+
+def test_doctor(cli: Cli) -> None:
+    result = cli("doctor")
+    assert result.returncode == 0, result.stdout
+    for check in ("root", "BCC", "kernel headers", "tracefs", "software counters"):
+        assert f"ok       {check}" in result.stdout
+    assert result.stdout.strip().endswith("ready to record")
