@@ -1,6 +1,12 @@
-"""Sessions run in the project's venv (.venv, made by scripts/setup.sh): nox -s lint tests."""
+"""Sessions run in the project's venv (.venv, made by scripts/setup.sh): nox -s lint tests.
+
+Tools run as `python -m TOOL` with the interpreter nox runs on, so `.venv/bin/nox` uses the
+venv's tools whatever PATH says.
+"""
 
 from __future__ import annotations
+
+import sys
 
 import nox
 
@@ -13,19 +19,19 @@ PACKAGE = "profinfer_perfetto"
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff on everything, mypy --strict on the package."""
-    session.run("ruff", "check", PACKAGE, "tests", "scripts", "noxfile.py")
-    session.run("mypy", "--strict", PACKAGE)
+    session.run(sys.executable, "-m", "ruff", "check", PACKAGE, "tests", "scripts", "noxfile.py")
+    session.run(sys.executable, "-m", "mypy", "--strict", PACKAGE)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests, then integration tests with real probes (needs root and scripts/setup.sh)."""
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+    session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session
 def protos(session: nox.Session) -> None:
     """Regenerate the Python module of protos/profinfer_trace.proto."""
-    session.run("python", "-m", "grpc_tools.protoc", "-Iprotos",
+    session.run(sys.executable, "-m", "grpc_tools.protoc", "-Iprotos",
                 f"--python_out={PACKAGE}/encode", f"--pyi_out={PACKAGE}/encode",
                 "protos/profinfer_trace.proto")
