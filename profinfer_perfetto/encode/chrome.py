@@ -36,8 +36,11 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
                   "args": {"name": track.name}})
 
     rows = zip(layout.ts.tolist(), layout.type.tolist(), layout.track.tolist(),
-               layout.name.tolist(), layout.args.tolist(), layout.value.tolist(), strict=True)
-    for row, (ts, typ, track, name, args, value) in enumerate(rows):
+               layout.name.tolist(), layout.args.tolist(), layout.value.tolist(),
+               layout.counter_track.tolist(), layout.counter_value.tolist(), strict=True)
+    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values) in enumerate(
+        rows
+    ):
         us = ts / 1000
         tid = tid_of[track]
         if typ == EventType.COUNTER:
@@ -58,8 +61,9 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
         for flow in layout.flows_in.get(row, ()):
             emit({"ph": "f", "bp": "e", "id": flow, "name": "dag", "cat": "dag", "pid": pid,
                   "tid": tid, "ts": us})
-        for counter_track, v in layout.extra_counters.get(row, ()):
-            emit({"ph": "C", "name": tracks[counter_track].name, "pid": pid, "ts": us,
-                  "args": {"value": v}})
+        for counter_track, v in zip(counter_tracks, counter_values, strict=True):
+            if counter_track >= 0:
+                emit({"ph": "C", "name": tracks[counter_track].name, "pid": pid, "ts": us,
+                      "args": {"value": v}})
     out.write("\n]}\n")
     return count

@@ -119,9 +119,13 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
         layout.name.tolist(),
         layout.args.tolist(),
         layout.value.tolist(),
+        layout.counter_track.tolist(),
+        layout.counter_value.tolist(),
         strict=True,
     )
-    for row, (ts, typ, track, name, args, value) in enumerate(rows):
+    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values) in enumerate(
+        rows
+    ):
         packet = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID,
                                 sequence_flags=_NEEDS)
         event = packet.track_event
@@ -139,10 +143,10 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
         flows = layout.flows_in.get(row)
         if flows:
             event.terminating_flow_ids.extend(flows)
-        extra = layout.extra_counters.get(row)
-        if extra:
-            event.extra_counter_track_uuids.extend(uuids[t] for t, _ in extra)
-            event.extra_counter_values.extend(v for _, v in extra)
+        for counter_track, counter_value in zip(counter_tracks, counter_values, strict=True):
+            if counter_track >= 0:
+                event.extra_counter_track_uuids.append(uuids[counter_track])
+                event.extra_counter_values.append(counter_value)
         _write(out, packet)
         packets += 1
     return packets

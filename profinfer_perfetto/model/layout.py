@@ -76,8 +76,10 @@ class Layout:
     """Row -> flow ids that start at that slice begin."""
     flows_in: dict[int, list[int]] = field(default_factory=dict)
     """Row -> flow ids that end at that slice begin."""
-    extra_counters: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    """Row -> (counter track index, value) sampled at that slice begin or end."""
+    counter_track: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
+    """(rows, counters): counter track index sampled at that slice begin or end, -1 for none."""
+    counter_value: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
+    """(rows, counters): the value sampled."""
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -170,7 +172,6 @@ class _LayoutBuilder:
         self.tracks = [Track(1, TrackKind.PROCESS, model.run.process_name)]
         self.flows_out: dict[int, list[int]] = {}
         self.flows_in: dict[int, list[int]] = {}
-        self.extra_counters: dict[int, list[tuple[int, int]]] = {}
 
     def track(self, track: Track) -> int:
         self.tracks.append(track)
@@ -194,7 +195,7 @@ class _LayoutBuilder:
         self.recording()
         cols, rank = self.rows.ordered()
         self.dag_flows(op_begin, rank)
-        self.thread_counters(op_begin, op_end, rank)
+        counter_track, counter_value = self.thread_counters(op_begin, op_end, rank)
         return Layout(
             pid=model.run.pid,
             process_name=model.run.process_name,
@@ -210,7 +211,8 @@ class _LayoutBuilder:
             value=cols["value"].astype(np.float64),
             flows_out=self.flows_out,
             flows_in=self.flows_in,
-            extra_counters=self.extra_counters,
+            counter_track=counter_track,
+            counter_value=counter_value,
         )
 
     def token_steps(self, thread: dict[int, int]) -> None:
@@ -304,9 +306,15 @@ class _LayoutBuilder:
                 self.flows_in.setdefault(begin_of_node[consumer], []).append(flow)
 
     def thread_counters(self, op_begin: np.ndarray, op_end: np.ndarray,
-                        rank: np.ndarray) -> None:
-        """Each counter's running total over a thread's ops, sampled at each op's begin and end."""
+                        rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each counter's running total over a thread's ops, sampled at each op's begin and end.
+
+        Returns the (rows, counters) counter track and value columns.
+        """
         model, ops = self.model, self.model.ops
+        shape = (self.rows.count, len(model.run.counters))
+        tracks = np.full(shape, -1, np.int64)
+        values = np.zeros(shape, np.int64)
         for tid in np.unique(ops.tid).tolist():
             sel = np.flatnonzero(ops.tid == tid)
             for c, counter in enumerate(model.run.counters):
@@ -314,9 +322,10 @@ class _LayoutBuilder:
                                          f"{counter} {tid}", parent=1, tid=tid, unit="count"))
                 delta = np.maximum(ops.counter_delta[sel, c], 0)
                 after = np.cumsum(delta)
-                for rows, values in ((op_begin[sel], after - delta), (op_end[sel], after)):
-                    for row, v in zip(rank[rows].tolist(), values.tolist(), strict=True):
-                        self.extra_counters.setdefault(row, []).append((track, v))
+                for rows, sampled in ((op_begin[sel], after - delta), (op_end[sel], after)):
+                    tracks[rank[rows], c] = track
+                    values[rank[rows], c] = sampled
+        return tracks, values
 
 
 def build_layout(model: TraceModel) -> Layout:
