@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -181,7 +182,7 @@ def test_a_crashing_target_leaves_a_valid_trace(llama: Callable[..., Path],
     out = tmp_path / "crash.pftrace"
     recorder, pid = start_recorder(out, "--", *completion(llama, model("medium-llama"), 2, 2000))
     time.sleep(4)
-    subprocess.run(["kill", "-SEGV", str(pid)], check=True)
+    os.kill(pid, signal.SIGSEGV)
     stdout, stderr = recorder.communicate(timeout=120)
     assert recorder.returncode == 0, stderr
     assert "target killed by SIGSEGV" in stdout
