@@ -12,8 +12,10 @@ from profinfer_perfetto import __version__
 from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes, counter_config
 from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.commands import doctor
+from profinfer_perfetto.commands.query import QueryCommand
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
 
 app = typer.Typer(
     add_completion=False,
@@ -72,6 +74,31 @@ def record(
         rings=RingSizes(ring_pages, ring_pages),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
+
+
+@app.command()
+def query(
+    trace: Annotated[str, typer.Argument(help="A trace, or a quoted glob of traces.")],
+    metrics: Annotated[
+        list[str] | None, typer.Argument(help="Canned metrics to run; none lists them.")
+    ] = None,
+    sql: Annotated[str | None, typer.Option("--sql", help="Ad-hoc SQL on the same tables.")] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", help="table, csv or json.")
+    ] = "table",
+    engine: Annotated[
+        str, typer.Option(help="auto (trace_processor if it can be had), trace_processor, builtin.")
+    ] = "auto",
+    trace_processor: Annotated[
+        str | None,
+        typer.Option("--trace-processor", help=f"trace_processor_shell binary (or ${TP_BIN_ENV})."),
+    ] = None,
+) -> None:
+    """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
+    if engine not in ENGINES:
+        raise ProfinferError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    command = QueryCommand(trace, list(metrics or []), sql, output_format, engine, trace_processor)
+    raise typer.Exit(command.run())
 
 
 @app.command("doctor")

@@ -25,6 +25,7 @@ GGML = GgmlInfo(
     unary_ops=("ABS", "SGN", "NEG"),
     glu_ops=("REGLU",),
     types=("f32", "f16", "q4_0"),
+    type_sizes=((1, 4), (1, 2), (32, 18)),
 )
 PID, MAIN, WORKER = 100, 100, 101
 WEIGHT, INPUT, UP, NORM, ATTN_NORM, VIEW, OUT = (0x1000 * i for i in range(1, 8))

@@ -74,6 +74,8 @@ class GgmlInfo:
     unary_ops: tuple[str, ...]
     glu_ops: tuple[str, ...]
     types: tuple[str, ...]
+    type_sizes: tuple[tuple[int, int], ...]
+    """(elements per block, bytes per block) of each type."""
 
     def op_name(self, op: int) -> str:
         return self.ops[op] if 0 <= op < len(self.ops) else f"OP_{op}"
@@ -87,6 +89,13 @@ class GgmlInfo:
 
     def type_name(self, dtype: int) -> str:
         return self.types[dtype] if 0 <= dtype < len(self.types) else f"type{dtype}"
+
+    def nbytes(self, dtype: int, elements: int) -> int:
+        """Bytes that `elements` values of a type take (0 for an unknown type)."""
+        if not 0 <= dtype < len(self.type_sizes):
+            return 0
+        block, size = self.type_sizes[dtype]
+        return elements // block * size if block else 0
 
 
 def _known(version: str, where: str) -> GgmlVersion:
@@ -118,6 +127,12 @@ def _from_shared_library(elf: ElfFile) -> GgmlInfo:
         func.argtypes = [ctypes.c_int]
         return lambda i: bytes(func(i)).decode()
 
+    def number(fn: str) -> Callable[[int], int]:
+        func = getattr(lib, fn)
+        func.restype = ctypes.c_int64
+        func.argtypes = [ctypes.c_int]
+        return lambda i: int(func(i))
+
     version_fn = lib.ggml_version
     version_fn.restype = ctypes.c_char_p
     commit_fn = lib.ggml_commit
@@ -140,6 +155,10 @@ def _from_shared_library(elf: ElfFile) -> GgmlInfo:
         unary_ops=tuple(map(text("ggml_unary_op_name"), range(known.unary_op_count))),
         glu_ops=tuple(map(text("ggml_glu_op_name"), range(known.glu_op_count))),
         types=tuple(map(text("ggml_type_name"), range(known.type_count))),
+        type_sizes=tuple(
+            (number("ggml_blck_size")(t), number("ggml_type_size")(t))
+            for t in range(known.type_count)
+        ),
     )
 
 
@@ -169,6 +188,10 @@ def _from_executable(elf: ElfFile) -> GgmlInfo:
     version = returned_string("ggml_version")
     known = _known(version, str(elf.path))
     types = elf.symbols["type_traits"]
+    stride = types.size // known.type_count
+    # struct ggml_type_traits: type_name, int64 blck_size, int64 blck_size_interleave, size_t
+    # type_size, ...
+    traits = [elf.read(types.vaddr + t * stride, 32) for t in range(known.type_count)]
     return GgmlInfo(
         version=version,
         commit=returned_string("ggml_commit"),
@@ -177,5 +200,9 @@ def _from_executable(elf: ElfFile) -> GgmlInfo:
         ops=table("GGML_OP_NAME"),
         unary_ops=table("GGML_UNARY_OP_NAME"),
         glu_ops=table("GGML_GLU_OP_NAME"),
-        types=table("type_traits", types.size // known.type_count),
+        types=table("type_traits", stride),
+        type_sizes=tuple(
+            (int.from_bytes(b[8:16], "little"), int.from_bytes(b[24:32], "little"))
+            for b in traits
+        ),
     )

@@ -37,10 +37,10 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
 
     rows = zip(layout.ts.tolist(), layout.type.tolist(), layout.track.tolist(),
                layout.name.tolist(), layout.args.tolist(), layout.value.tolist(),
-               layout.counter_track.tolist(), layout.counter_value.tolist(), strict=True)
-    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values) in enumerate(
-        rows
-    ):
+               layout.counter_track.tolist(), layout.counter_value.tolist(),
+               layout.counter_delta.tolist(), strict=True)
+    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values,
+              deltas) in enumerate(rows):
         us = ts / 1000
         tid = tid_of[track]
         if typ == EventType.COUNTER:
@@ -52,6 +52,9 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
             event["name"] = layout.strings[name]
         if args >= 0:
             event["args"] = dict(layout.arg_sets[args])
+            for counter, delta in zip(layout.counter_names, deltas, strict=True):
+                if delta >= 0:
+                    event["args"][f"counter.{counter}"] = delta
         if typ == EventType.INSTANT:
             event["s"] = "t"
         emit(event)

@@ -88,6 +88,7 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
     interner = _Interner()
     value_iid: dict[str, int] = {}
     annotation_sets = _annotations(layout, interner, value_iid)
+    delta_names = [interner.name(f"counter.{c}") for c in layout.counter_names]
 
     first = pb.TracePacket(
         trusted_packet_sequence_id=SEQUENCE_ID,
@@ -121,11 +122,11 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
         layout.value.tolist(),
         layout.counter_track.tolist(),
         layout.counter_value.tolist(),
+        layout.counter_delta.tolist(),
         strict=True,
     )
-    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values) in enumerate(
-        rows
-    ):
+    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values,
+              deltas) in enumerate(rows):
         packet = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID,
                                 sequence_flags=_NEEDS)
         event = packet.track_event
@@ -135,6 +136,9 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
             event.name_iid = name + 1
         if args >= 0:
             event.debug_annotations.extend(annotation_sets[args])
+        for delta_name, delta in zip(delta_names, deltas, strict=True):
+            if delta >= 0:
+                event.debug_annotations.add(name_iid=delta_name, int_value=delta)
         if typ == EventType.COUNTER:
             event.double_counter_value = value
         flows = layout.flows_out.get(row)

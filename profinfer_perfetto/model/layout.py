@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from profinfer_perfetto import __version__
-from profinfer_perfetto.model.trace_model import TraceModel, layer_of, token_phase
+from profinfer_perfetto.model.trace_model import TraceModel, token_phase
+from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
 Args = tuple[tuple[str, ArgValue], ...]
@@ -80,6 +81,10 @@ class Layout:
     """(rows, counters): counter track index sampled at that slice begin or end, -1 for none."""
     counter_value: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
     """(rows, counters): the value sampled."""
+    counter_names: list[str] = field(default_factory=list)
+    counter_delta: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
+    """(rows, counters): an op's count during its work, an arg `counter.NAME` of its slice
+    begin; -1 for none."""
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -104,13 +109,22 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     op, tensor = model.op_label(node, fused)
     rec = model.nodes.raw[fused if fused >= 0 else node]
     ggml = model.run.ggml
+    base_op = ggml.op_name(int(rec["op"])) if fused < 0 else op
+    flops, nbytes = op_work(ggml, model.nodes.raw[node])
+    if fused >= 0:
+        more_flops, more_bytes = op_work(ggml, rec)
+        flops, nbytes = flops + more_flops, nbytes + more_bytes
     args: list[tuple[str, ArgValue]] = [
-        ("op", ggml.op_name(int(rec["op"])) if fused < 0 else op),
+        ("op", base_op),
         ("tensor", tensor),
-        ("layer", layer_of(tensor)),
+        ("role", role(tensor, base_op)),
+        ("layer", int(model.nodes.layer[fused if fused >= 0 else node])),
         ("node", int(model.nodes.index[node])),
         ("dtype", ggml.type_name(int(rec["type"]))),
+        ("src0_dtype", ggml.type_name(int(model.nodes.raw[node]["src"][0]["type"]))),
         ("shape", _shape(rec["ne"])),
+        ("flops", flops),
+        ("bytes", nbytes),
     ]
     sub = ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
     if sub and fused < 0:
@@ -195,7 +209,8 @@ class _LayoutBuilder:
         self.recording()
         cols, rank = self.rows.ordered()
         self.dag_flows(op_begin, rank)
-        counter_track, counter_value = self.thread_counters(op_begin, op_end, rank)
+        counter_track, counter_value, counter_delta = self.thread_counters(op_begin, op_end,
+                                                                           rank)
         return Layout(
             pid=model.run.pid,
             process_name=model.run.process_name,
@@ -213,19 +228,23 @@ class _LayoutBuilder:
             flows_in=self.flows_in,
             counter_track=counter_track,
             counter_value=counter_value,
+            counter_names=list(model.run.counters),
+            counter_delta=counter_delta,
         )
 
     def token_steps(self, thread: dict[int, int]) -> None:
         tok = self.model.tokens
+        n_tokens = tok.arg0.astype(np.int64)
+        pos = np.cumsum(np.maximum(n_tokens, 0)) - np.maximum(n_tokens, 0)
         names, args = [], []
-        for i, (n_tokens, entry, complete) in enumerate(
-            zip(tok.arg0.astype(np.int64).tolist(), tok.aux.tolist(), tok.complete.tolist(),
+        for i, (n, p, entry, complete) in enumerate(
+            zip(n_tokens.tolist(), pos.tolist(), tok.aux.tolist(), tok.complete.tolist(),
                 strict=True)
         ):
-            phase = token_phase(n_tokens, entry)
+            phase = token_phase(n, entry)
             names.append(self.strings(phase))
-            args.append(self.arg_set((("phase", phase), ("n_tokens", n_tokens), ("step", i),
-                                      ("complete", complete))))
+            args.append(self.arg_set((("phase", phase), ("n_tokens", n), ("pos", p),
+                                      ("step", i), ("complete", complete))))
         tracks = [thread[t] for t in tok.tid.tolist()]
         self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
 
@@ -306,15 +325,18 @@ class _LayoutBuilder:
                 self.flows_in.setdefault(begin_of_node[consumer], []).append(flow)
 
     def thread_counters(self, op_begin: np.ndarray, op_end: np.ndarray,
-                        rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each counter's running total over a thread's ops, sampled at each op's begin and end.
+                        rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each counter's running total over a thread's ops, sampled at each op's begin and end,
+        and each op's own count.
 
-        Returns the (rows, counters) counter track and value columns.
+        Returns the (rows, counters) counter track, value and op delta columns.
         """
         model, ops = self.model, self.model.ops
         shape = (self.rows.count, len(model.run.counters))
         tracks = np.full(shape, -1, np.int64)
         values = np.zeros(shape, np.int64)
+        deltas = np.full(shape, -1, np.int64)
+        deltas[rank[op_begin]] = ops.counter_delta
         for tid in np.unique(ops.tid).tolist():
             sel = np.flatnonzero(ops.tid == tid)
             for c, counter in enumerate(model.run.counters):
@@ -325,7 +347,7 @@ class _LayoutBuilder:
                 for rows, sampled in ((op_begin[sel], after - delta), (op_end[sel], after)):
                     tracks[rank[rows], c] = track
                     values[rank[rows], c] = sampled
-        return tracks, values
+        return tracks, values, deltas
 
 
 def build_layout(model: TraceModel) -> Layout:

@@ -22,6 +22,7 @@ import numpy as np
 
 from profinfer_perfetto.capture.events import EVENT, Kind, TokenEntry
 from profinfer_perfetto.capture.recorder import Recording, Run
+from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(1 << 63)
 _LAYER = re.compile(r"-(\d+)$")
@@ -62,6 +63,9 @@ class Nodes:
     raw: np.ndarray
     """The NODE records, for shapes, types and sources."""
     names: list[str]
+    layer: np.ndarray
+    """The layer of the tensor name's `-N` suffix; a node ggml named automatically (`node_21`)
+    takes the layer of its first consumer; -1 for none."""
 
     def __len__(self) -> int:
         return len(self.graph)
@@ -205,11 +209,13 @@ def build(recording: Recording) -> TraceModel:
     node_graph = graphs.containing(raw["ts"])
     raw, node_graph = raw[node_graph >= 0], node_graph[node_graph >= 0]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
+    names = [tensor_name(n) for n in raw["name"].tolist()]
     nodes = Nodes(
         graph=node_graph,
         index=np.arange(len(raw)) - first_of_graph,
         raw=raw,
-        names=[tensor_name(n) for n in raw["name"].tolist()],
+        names=names,
+        layer=np.array([layer_of(n) for n in names], np.int64),
     )
 
     # Ops: each op begin, and the barriers its thread entered before its next op.
@@ -270,13 +276,17 @@ def build(recording: Recording) -> TraceModel:
     fused_second = np.full(len(nodes), -1, np.int64)
     pairs = ops.fused >= 0
     fused_second[ops.node[pairs]] = ops.fused[pairs]
+    edges = _edges(nodes, fused_second)
+    for producer, consumer in edges.tolist():
+        if nodes.layer[producer] < 0 and auto_named(names[producer]):
+            nodes.layer[producer] = nodes.layer[consumer]
     return TraceModel(
         run=recording.run,
         tokens=tokens,
         graphs=graphs,
         nodes=nodes,
         ops=ops,
-        edges=_edges(nodes, fused_second),
+        edges=edges,
         event_count=len(recording.events),
         dropped_ops=dropped + int(np.count_nonzero(~known)),
     )

@@ -1,0 +1,76 @@
+"""`profinfer-perfetto query`: canned ProfStat metrics and ad-hoc SQL on one or many traces."""
+
+from __future__ import annotations
+
+import glob
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.metrics import canned, metric
+from profinfer_perfetto.query.render import RENDERERS, Report
+from profinfer_perfetto.query.session import TraceQuery
+
+SQL_TABLE = "sql"
+
+
+def expand(pattern: str) -> list[Path]:
+    """A trace path, or a glob of them (quoted so that the shell leaves it to us)."""
+    if glob.has_magic(pattern):
+        found = sorted(Path(p) for p in glob.glob(pattern))
+        if not found:
+            raise ProfinferError(f"no trace matches {pattern}")
+        return found
+    return [Path(pattern)]
+
+
+@dataclass
+class QueryCommand:
+    trace: str
+    metrics: list[str] = field(default_factory=list)
+    sql: str | None = None
+    format: str = "table"
+    engine: str = "auto"
+    tp_bin: str | None = None
+
+    def run(self) -> int:
+        if self.format not in RENDERERS:
+            raise ProfinferError(f"unknown format {self.format!r} (known: {', '.join(RENDERERS)})")
+        if not self.metrics and self.sql is None:
+            self._list()
+            return 0
+        for name in self.metrics:
+            metric(name)
+        report = self.report(expand(self.trace))
+        RENDERERS[self.format].render(report, sys.stdout)
+        if self.format != "json":
+            for trace, how in report.engines.items():
+                print(f"profinfer-perfetto: {trace}: answered by {how}", file=sys.stderr)
+        return 0
+
+    def report(self, traces: list[Path]) -> Report:
+        names = [*self.metrics, *([SQL_TABLE] if self.sql is not None else [])]
+        report = Report()
+        for trace in traces:
+            with TraceQuery(trace, self.engine, self.tp_bin) as q:
+                report.engines[str(trace)] = q.how
+                for name in names:
+                    result = q.sql(self.sql or "") if name == SQL_TABLE else q.metric(name)
+                    if len(traces) > 1:
+                        result = Result(["trace", *result.columns],
+                                        [(str(trace), *row) for row in result.rows])
+                    if name in report.tables:
+                        report.tables[name].rows.extend(result.rows)
+                    else:
+                        report.tables[name] = result
+        return report
+
+    @staticmethod
+    def _list() -> None:
+        metrics = canned()
+        width = max(map(len, metrics))
+        print("canned metrics (profinfer-perfetto query TRACE NAME...):")
+        for m in metrics.values():
+            print(f"  {m.name.ljust(width)}  {m.summary}")
