@@ -166,12 +166,12 @@ class ProbeSession:
             raise ProfinferError(f"the BPF program did not load: {exc}") from exc
         for table, (kind, config) in zip(("counter0", "counter1"), configs, strict=False):
             try:
-                self._bpf[table].open_perf_event(kind, config)
+                self._bpf[table.encode()].open_perf_event(kind, config)
             except Exception as exc:
                 raise ProfinferError(f"counter {counters[int(table[-1])]}: {exc}") from None
         page = os.sysconf("SC_PAGE_SIZE")
-        self.events = RingReader(self._bpf["events"].map_fd, rings.event_pages * page, EVENT)
-        self.nodes = RingReader(self._bpf["nodes"].map_fd, rings.node_pages * page, NODE)
+        self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
+        self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
         self._attach = _attach_uprobe_fn()
 
     def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
@@ -191,7 +191,7 @@ class ProbeSession:
 
     def lost(self) -> tuple[int, int]:
         """Events and node descriptors dropped because a ring was full."""
-        table = self._bpf["lost"]
+        table = self._bpf[b"lost"]
         return tuple(int(sum(table[table.Key(i)])) for i in range(2))  # type: ignore[return-value]
 
     def read(self) -> tuple[np.ndarray, np.ndarray]:

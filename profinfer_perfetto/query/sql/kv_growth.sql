@@ -15,22 +15,28 @@ WITH points AS (
     AND (n.op IN ('FLASH_ATTN_EXT', 'SOFT_MAX')
          OR n.role IN ('kq', 'kqv', 'kq_soft_max', 'kq_mask'))
 ),
-sums AS (
-  SELECT op, role, NULL AS layer, COUNT(*) AS n, SUM(x) AS sx, SUM(y) AS sy,
-         SUM(x * x) AS sxx, SUM(x * y) AS sxy, SUM(y * y) AS syy, MIN(x) AS lo, MAX(x) AS hi
-  FROM points GROUP BY op, role
+-- Each point twice: in its layer's group and in the all-layers group (layer -2 stands for
+-- "all" until the output, where it shows as empty).
+grouped AS (
+  SELECT op, role, layer AS grp, x, y FROM points
   UNION ALL
-  SELECT op, role, layer, COUNT(*), SUM(x), SUM(y), SUM(x * x), SUM(x * y), SUM(y * y),
-         MIN(x), MAX(x)
-  FROM points GROUP BY op, role, layer
+  SELECT op, role, -2, x, y FROM points
+),
+means AS (
+  SELECT op, role, grp, COUNT(*) AS n, AVG(x) AS mx, AVG(y) AS my, MIN(x) AS lo, MAX(x) AS hi
+  FROM grouped GROUP BY op, role, grp
 ),
 fit AS (
-  SELECT *, n * sxx - sx * sx AS vx, n * syy - sy * sy AS vy, n * sxy - sx * sy AS cxy
-  FROM sums
+  SELECT m.op, m.role, m.grp, m.n, m.mx, m.my, m.lo, m.hi,
+         SUM((g.x - m.mx) * (g.x - m.mx)) AS sxx, SUM((g.x - m.mx) * (g.y - m.my)) AS sxy,
+         SUM((g.y - m.my) * (g.y - m.my)) AS syy
+  FROM grouped g JOIN means m USING (op, role, grp)
+  GROUP BY m.op, m.role, m.grp
 )
-SELECT op, role, layer, n AS points, CAST(lo AS INTEGER) AS kv_min, CAST(hi AS INTEGER) AS kv_max,
-       CASE WHEN vx > 0 THEN ROUND(cxy / vx, 3) END AS slope_ns_per_token,
-       CASE WHEN vx > 0 THEN ROUND((sy - (cxy / vx) * sx) / n, 1) END AS intercept_ns,
-       CASE WHEN vx > 0 AND vy > 0 THEN ROUND(cxy * cxy / (vx * vy), 4) END AS r2
+SELECT op, role, CASE WHEN grp = -2 THEN NULL ELSE grp END AS layer, n AS points,
+       CAST(lo AS INTEGER) AS kv_min, CAST(hi AS INTEGER) AS kv_max,
+       CASE WHEN sxx > 0 THEN ROUND(sxy / sxx, 3) END AS slope_ns_per_token,
+       CASE WHEN sxx > 0 THEN ROUND(my - sxy / sxx * mx, 1) END AS intercept_ns,
+       CASE WHEN sxx > 0 AND syy > 0 THEN ROUND(sxy * sxy / (sxx * syy), 4) END AS r2
 FROM fit
-ORDER BY op, role, layer IS NOT NULL, layer;
+ORDER BY op, role, grp <> -2, grp;

@@ -18,24 +18,25 @@ WITH inst AS (
   SELECT op, role, src0_dtype AS dtype, flops / 1e6 AS x, 1.0 * dur AS y, bytes
   FROM profinfer_node WHERE flops > 0
 ),
-line AS (
-  SELECT op, COUNT(*) AS n, SUM(x) AS sx, SUM(y) AS sy, SUM(x * x) AS sxx, SUM(x * y) AS sxy,
-         SUM(y * y) AS syy
+means AS (
+  SELECT op, COUNT(*) AS n, AVG(x) AS mx, AVG(y) AS my
   FROM inst GROUP BY op HAVING COUNT(*) >= 2
 ),
-coef AS (
-  SELECT op,
-         CASE WHEN n * sxx - sx * sx > 0 THEN (n * sxy - sx * sy) / (n * sxx - sx * sx)
-              ELSE 0 END AS b,
-         n, sx, sy, sxx, sxy, syy
-  FROM line
+sums AS (
+  SELECT m.op, m.n, m.mx, m.my,
+         SUM((i.x - m.mx) * (i.x - m.mx)) AS sxx, SUM((i.x - m.mx) * (i.y - m.my)) AS sxy,
+         SUM((i.y - m.my) * (i.y - m.my)) AS syy
+  FROM inst i JOIN means m USING (op)
+  GROUP BY m.op
 ),
+-- A line needs work that varies: below a relative variance of 1e-9 the op's work is taken as
+-- constant, and its line is flat at the mean.
 fit AS (
-  SELECT op, b, (sy - b * sx) / n AS a,
-         CASE WHEN (n * sxx - sx * sx) > 0 AND (n * syy - sy * sy) > 0
-              THEN (n * sxy - sx * sy) * (n * sxy - sx * sy)
-                   / ((n * sxx - sx * sx) * (n * syy - sy * sy)) END AS r2
-  FROM coef
+  SELECT op,
+         CASE WHEN sxx > 1e-9 * n * mx * mx THEN sxy / sxx ELSE 0 END AS b,
+         my - CASE WHEN sxx > 1e-9 * n * mx * mx THEN sxy / sxx ELSE 0 END * mx AS a,
+         CASE WHEN sxx > 1e-9 * n * mx * mx AND syy > 0 THEN sxy * sxy / (sxx * syy) END AS r2
+  FROM sums
 ),
 groups AS (
   SELECT op, role, dtype, COUNT(*) AS count, AVG(x) AS x, AVG(y) AS y, AVG(bytes) AS bytes

@@ -1,0 +1,260 @@
+"""Every canned metric agrees with a recomputation in numpy from the events of a real run.
+
+One real recording (tiny-llama, 16 tokens, 2 threads) is modelled, written as a trace and
+queried; the same numbers are then derived here straight from the model's columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
+from profinfer_perfetto.model.work import op_work, role
+from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.session import TraceQuery
+from scripts import assets
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceModel, TraceQuery]:
+    cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model("tiny-llama")),
+           "-p", "Paris is the capital of", "-n", "16", "-t", "2", "-no-cnv", "--no-warmup"]
+    request = RecordRequest(command=cmd, counters=("context-switches", "task-clock"))
+    model = build(record(request, plan(request)))
+    path = tmp_path_factory.mktemp("metrics") / "run.pftrace"
+    with path.open("wb") as out:
+        write_perfetto(build_layout(model), out)
+    return model, TraceQuery(Path(path), "builtin")
+
+
+def nearest_rank(values: list[int], p: float) -> int:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(p * len(ordered)), 1) - 1]
+
+
+Rows = list[dict[str, Any]]
+
+
+def group(rows: Iterable[dict[str, Any]], *keys: str) -> dict[tuple[Any, ...], Rows]:
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[tuple(r[k] for k in keys)].append(r)
+    return out
+
+
+def by_key(result: Result, *keys: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+    return {tuple(r[k] for k in keys): r for r in rows}
+
+
+def steps(model: TraceModel) -> list[dict[str, Any]]:
+    tok = model.tokens
+    n = tok.arg0.astype(np.int64)
+    pos = np.cumsum(np.maximum(n, 0)) - np.maximum(n, 0)
+    return [{"step": i, "phase": token_phase(int(n[i]), int(tok.aux[i])), "n_tokens": int(n[i]),
+             "pos": int(pos[i]), "dur": max(int(tok.end[i]) - int(tok.begin[i]), 1)}
+            for i in range(len(tok))]
+
+
+def op_slices(model: TraceModel) -> list[dict[str, Any]]:
+    ops, nodes, ggml = model.ops, model.nodes, model.run.ggml
+    step_of_graph = model.tokens.containing(model.graphs.begin)
+    phase = {s["step"]: s["phase"] for s in steps(model)}
+    out = []
+    for i in range(len(ops)):
+        node, fused = int(ops.node[i]), int(ops.fused[i])
+        label, tensor = model.op_label(node, fused)
+        last = fused if fused >= 0 else node
+        op = label if fused >= 0 else ggml.op_name(int(nodes.raw[node]["op"]))
+        flops = sum(op_work(ggml, nodes.raw[n])[0] for n in {node, last})
+        begin, work_end, end = int(ops.begin[i]), int(ops.work_end[i]), int(ops.end[i])
+        step = int(step_of_graph[ops.graph[i]])
+        out.append({
+            "graph": int(ops.graph[i]), "node": int(nodes.index[node]), "tid": int(ops.tid[i]),
+            "op": op, "role": role(tensor, op), "layer": int(nodes.layer[last]),
+            "dtype": ggml.type_name(int(nodes.raw[node]["src"][0]["type"])), "flops": flops,
+            "begin": begin, "dur": max(work_end - begin, 1), "wait": max(end - work_end, 0),
+            "step": step, "phase": phase.get(step),
+            "delta": [int(d) for d in ops.counter_delta[i]],
+        })
+    return out
+
+
+def node_instances(model: TraceModel) -> list[dict[str, Any]]:
+    out = []
+    for (graph, node), shares in group(op_slices(model), "graph", "node").items():
+        first = shares[0]
+        begin = min(s["begin"] for s in shares)
+        durs = [s["dur"] for s in shares]
+        out.append({**first, "graph": graph, "node": node, "threads": len(shares),
+                    "dur": max(s["begin"] + s["dur"] for s in shares) - begin,
+                    "work": sum(durs), "slowest": max(durs), "fastest": min(durs),
+                    "wait": sum(s["wait"] for s in shares)})
+    return out
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float, float, float | None]:
+    """Least squares; work that does not vary gets a flat line at the mean and no r2."""
+    x, y = np.array(points, dtype=np.float64).T
+    if x.var() <= 1e-9 * x.mean() ** 2 or x.var() == 0:
+        return 0.0, float(y.mean()), None
+    slope, intercept = np.polyfit(x, y, 1)
+    r2 = np.corrcoef(x, y)[0, 1] ** 2 if y.std() > 0 else None
+    return float(slope), float(intercept), None if r2 is None else float(r2)
+
+
+def half_up(x: float) -> int:
+    """SQLite's ROUND: halves away from zero (Python's round() goes to even)."""
+    return math.floor(x + 0.5)
+
+
+def close(a: float | None, b: float | None, rel: float = 1e-3, abs_: float = 0.01) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+
+
+def test_token_latency_and_steps(run: tuple[TraceModel, TraceQuery]) -> None:
+    model, q = run
+    expected = steps(model)
+    got = by_key(q.metric("token_steps"), "step")
+    assert len(got) == len(expected) == 16
+    for s in expected:
+        row = got[(s["step"],)]
+        assert (row["phase"], row["n_tokens"], row["pos"], row["dur_ns"]) == (
+            s["phase"], s["n_tokens"], s["pos"], s["dur"])
+    latency = by_key(q.metric("token_latency"), "phase")
+    for (phase,), rows in group(expected, "phase").items():
+        durs = [r["dur"] for r in rows]
+        row = latency[(phase,)]
+        assert row["steps"] == len(rows) and row["total_ns"] == sum(durs)
+        assert row["first_ns"] == rows[0]["dur"] and row["max_ns"] == max(durs)
+        assert row["p50_ns"] == nearest_rank(durs, 0.5)
+        assert row["p90_ns"] == nearest_rank(durs, 0.9)
+        assert close(row["tokens_per_s"], sum(r["n_tokens"] for r in rows) * 1e9 / sum(durs))
+
+
+def test_op_summary(run: tuple[TraceModel, TraceQuery]) -> None:
+    model, q = run
+    phase_time = {p: sum(r["dur"] for r in rows)
+                  for (p,), rows in group(steps(model), "phase").items()}
+    got = by_key(q.metric("op_summary"), "phase", "op", "role")
+    expected = group(node_instances(model), "phase", "op", "role")
+    assert set(got) == set(expected)
+    for key, rows in expected.items():
+        durs = [r["dur"] for r in rows]
+        row = got[key]
+        assert (row["count"], row["total_ns"], row["max_ns"]) == (len(rows), sum(durs), max(durs))
+        assert row["mean_ns"] == half_up(sum(durs) / len(durs))
+        assert row["p50_ns"] == nearest_rank(durs, 0.5)
+        assert row["p90_ns"] == nearest_rank(durs, 0.9)
+        assert close(row["share"], sum(durs) / phase_time[key[0]], abs_=1e-4)
+
+
+def test_thread_balance(run: tuple[TraceModel, TraceQuery]) -> None:
+    model, q = run
+    got = by_key(q.metric("thread_balance"), "op", "role")
+    expected = group([n for n in node_instances(model) if n["threads"] > 1], "op", "role")
+    assert set(got) == set(expected)
+    for key, rows in expected.items():
+        row = got[key]
+        spread = [r["slowest"] - r["fastest"] for r in rows]
+        assert row["instances"] == len(rows)
+        assert row["mean_spread_ns"] == half_up(sum(spread) / len(spread))
+        assert row["worst_spread_ns"] == max(spread)
+        assert close(row["imbalance"], sum(r["slowest"] for r in rows)
+                     / sum(r["fastest"] for r in rows))
+        work, wait = sum(r["work"] for r in rows), sum(r["wait"] for r in rows)
+        assert close(row["wait_share"], wait / (work + wait), abs_=1e-4)
+
+
+def test_graph_summary(run: tuple[TraceModel, TraceQuery]) -> None:
+    model, q = run
+    got = by_key(q.metric("graph_summary"), "phase")
+    slices = op_slices(model)
+    gr = model.graphs
+    phase = {s["step"]: s["phase"] for s in steps(model)}
+    graph_phase = [phase[int(s)] for s in model.tokens.containing(gr.begin)]
+    for p in set(graph_phase):
+        graphs = [g for g in range(len(gr)) if graph_phase[g] == p]
+        durs = [int(gr.end[g] - gr.begin[g]) for g in graphs]
+        mine = [s for s in slices if s["phase"] == p]
+        work, wait = sum(s["dur"] for s in mine), sum(s["wait"] for s in mine)
+        row = got[(p,)]
+        assert row["graphs"] == len(graphs) and row["total_ns"] == sum(durs)
+        assert row["p50_ns"] == nearest_rank(durs, 0.5)
+        assert close(row["op_share"], work / (work + wait), abs_=1e-4)
+        assert close(row["ops"], len({(s["graph"], s["node"]) for s in mine}) / len(graphs))
+
+
+def test_kv_growth(run: tuple[TraceModel, TraceQuery]) -> None:
+    model, q = run
+    kv = {s["step"]: s["pos"] + s["n_tokens"] for s in steps(model)}
+    attention = [n for n in node_instances(model) if n["phase"] == "decode"
+                 and (n["op"] in ("FLASH_ATTN_EXT", "SOFT_MAX")
+                      or n["role"] in ("kq", "kqv", "kq_soft_max", "kq_mask"))]
+    assert attention, "tiny-llama decodes with attention ops"
+    got = by_key(q.metric("kv_growth"), "op", "role", "layer")
+    expected = {(*k, None): v for k, v in group(attention, "op", "role").items()}
+    expected |= group(attention, "op", "role", "layer")
+    assert set(got) == set(expected)
+    for key, rows in expected.items():
+        slope, intercept, r2 = fit([(kv[r["step"]], r["dur"]) for r in rows])
+        row = got[key]
+        assert row["points"] == len(rows)
+        assert close(row["slope_ns_per_token"], slope, abs_=0.01)
+        assert close(row["intercept_ns"], intercept, abs_=0.2)
+        assert close(row["r2"], r2, abs_=1e-4)
+
+
+def test_op_cost(run: tuple[TraceModel, TraceQuery]) -> None:
+    model, q = run
+    instances = [n for n in node_instances(model) if n["flops"] > 0]
+    got = by_key(q.metric("op_cost"), "op", "role", "dtype")
+    for rows in group(instances, "op").values():
+        if len(rows) < 2:
+            continue
+        slope, intercept, r2 = fit([(r["flops"] / 1e6, r["dur"]) for r in rows])
+        for key, members in group(rows, "op", "role", "dtype").items():
+            row = got[key]
+            mean = sum(r["dur"] for r in members) / len(members)
+            assert row["count"] == len(members) and row["mean_ns"] == half_up(mean)
+            mflop = sum(r["flops"] for r in members) / len(members) / 1e6
+            predicted = intercept + slope * mflop
+            assert abs(row["fit_ns"] - predicted) <= max(1.0, 1e-6 * abs(predicted))
+            assert close(row["r2"], r2, abs_=1e-4)
+
+
+def test_counters(run: tuple[TraceModel, TraceQuery]) -> None:
+    model, q = run
+    got = by_key(q.metric("counters"), "counter", "op", "role")
+    slices = op_slices(model)
+    for c, counter in enumerate(model.run.counters):
+        counted = [s for s in slices if s["delta"][c] >= 0]
+        for (op, role_), rows in group(counted, "op", "role").items():
+            row = got[(counter, op, role_)]
+            assert row["slices"] == len(rows)
+            assert row["total"] == sum(r["delta"][c] for r in rows)
+    task_clock = [r for k, r in got.items() if k[0] == "task-clock"]
+    assert sum(r["total"] for r in task_clock) > 0
+
+
+def test_every_metric_is_checked() -> None:
+    from profinfer_perfetto.query.metrics import canned
+
+    tested = {"token_latency", "token_steps", "op_summary", "thread_balance", "graph_summary",
+              "kv_growth", "op_cost", "counters"}
+    assert tested == set(canned())
+
