@@ -35,3 +35,9 @@ def protos(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "grpc_tools.protoc", "-Iprotos",
                 f"--python_out={PACKAGE}/encode", f"--pyi_out={PACKAGE}/encode",
                 "protos/profinfer_trace.proto")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks (as root, after scripts/setup.sh): bench/results.json and bench/results.md."""
+    session.run(sys.executable, "-m", "bench.run", *session.posargs)

@@ -11,7 +11,9 @@ import typer
 from profinfer_perfetto import __version__
 from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes, counter_config
 from profinfer_perfetto.capture.recorder import RecordRequest
+from profinfer_perfetto.check.baseline import from_trace
 from profinfer_perfetto.commands import doctor
+from profinfer_perfetto.commands.check import CheckCommand
 from profinfer_perfetto.commands.query import QueryCommand
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.errors import ProfinferError
@@ -26,6 +28,11 @@ app = typer.Typer(
 
 # Exit codes: 0 done, 1 a verdict or check failed, 2 bad input or machine.
 EXIT_INPUT = 2
+
+TraceProcessorOption = Annotated[
+    str | None,
+    typer.Option("--trace-processor", help=f"trace_processor_shell binary (or ${TP_BIN_ENV})."),
+]
 
 
 @app.command()
@@ -89,16 +96,48 @@ def query(
     engine: Annotated[
         str, typer.Option(help="auto (trace_processor if it can be had), trace_processor, builtin.")
     ] = "auto",
-    trace_processor: Annotated[
-        str | None,
-        typer.Option("--trace-processor", help=f"trace_processor_shell binary (or ${TP_BIN_ENV})."),
+    trace_processor: TraceProcessorOption = None,
+    save_baseline: Annotated[
+        Path | None, typer.Option(help="Also save the trace's samples as a baseline for check.")
     ] = None,
 ) -> None:
     """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
-    if engine not in ENGINES:
-        raise ProfinferError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    _engine(engine)
+    if save_baseline is not None:
+        from_trace(Path(trace), engine, trace_processor).save(save_baseline)
+        print(f"saved baseline {save_baseline}", file=sys.stderr)
+        if not metrics and sql is None:
+            return
     command = QueryCommand(trace, list(metrics or []), sql, output_format, engine, trace_processor)
     raise typer.Exit(command.run())
+
+
+@app.command()
+def check(
+    trace: Annotated[Path, typer.Argument(help="The candidate trace.")],
+    baseline: Annotated[
+        Path, typer.Option(help="A baseline (query --save-baseline) or a trace to compare with.")
+    ],
+    rules: Annotated[
+        Path | None, typer.Option(help="Rules TOML (default rules otherwise).")
+    ] = None,
+    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report.")] = None,
+    github: Annotated[
+        bool, typer.Option("--github", help="Also print GitHub Actions annotations.")
+    ] = False,
+    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    trace_processor: TraceProcessorOption = None,
+) -> None:
+    """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input."""
+    _engine(engine)
+    raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
+                                  trace_processor).run())
+
+
+def _engine(name: str) -> None:
+    if name not in ENGINES:
+        raise ProfinferError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
 
 
 @app.command("doctor")

@@ -90,3 +90,51 @@ def recording(status: str = "complete") -> Recording:
             status=status,
         ),
     )
+
+
+# A llama-like decode run with noise: for the regression gate's tests.
+LAYER_OPS = (  # (op, tensor role, mean ns)
+    ("RMS_NORM", "attn_norm", 4_000),
+    ("MUL_MAT", "Qcur", 40_000),
+    ("MUL_MAT", "ffn_up", 120_000),
+    ("ADD", "l_out", 3_000),
+)
+
+
+def decode_run(seed: int, steps: int = 40, layers: int = 6, slow: str | None = None,
+               factor: float = 1.10, noise: float = 0.08) -> Recording:
+    """One prefill and `steps` decode steps on two threads; `slow` ("MUL_MAT/Qcur") runs
+    `factor` times longer."""
+    rng = np.random.default_rng(seed)
+    events: list[tuple[object, ...]] = []
+    nodes: list[tuple[object, ...]] = []
+    ts = 1_000
+    for step in range(steps + 1):
+        n_tokens = 5 if step == 0 else 1
+        events.append(_event(ts, Kind.TOKEN_BEGIN, MAIN, arg0=n_tokens))
+        ts += 1_000
+        events.append(_event(ts, Kind.GRAPH_BEGIN, MAIN, arg1=(2 << 32) | 64))
+        for layer in range(layers):
+            for i, (op, role_name, mean) in enumerate(LAYER_OPS):
+                ptr = 0x10_000 + (layer * len(LAYER_OPS) + i) * 0x100
+                scale = (factor if slow == f"{op}/{role_name}" else 1.0) * n_tokens ** 0.5
+                work = [int(mean * scale * rng.lognormal(0, noise)) for _ in (MAIN, WORKER)]
+                ts += 500
+                for tid, ith, w in zip((MAIN, WORKER), (0, 1), work, strict=True):
+                    events.append(_event(ts + ith * 50, Kind.OP_BEGIN, tid, arg0=ptr, ith=ith,
+                                         aux=2, cpu=ith))
+                    events.append(_event(ts + ith * 50 + w, Kind.BARRIER, tid, cpu=ith))
+                nodes.append(_node(ts, ptr, op, f"{role_name}-{layer}", (64, n_tokens, 1, 1),
+                                   [(WEIGHT, 0), (ptr - 0x100, 0)]))
+                ts += max(work) + 100
+        ts += 1_000
+        events.append(_event(ts, Kind.GRAPH_END, MAIN))
+        ts += 1_000
+        events.append(_event(ts, Kind.TOKEN_END, MAIN))
+        ts += 5_000
+    events.sort(key=lambda e: (e[5], e[0]))  # type: ignore[index]
+    rec = recording()
+    rec.events = np.array(events, EVENT)
+    rec.nodes = np.array(nodes, NODE)
+    rec.run.end_ns = ts
+    return rec

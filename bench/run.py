@@ -1,0 +1,126 @@
+"""Benchmarks: `nox -s bench` (as root, after scripts/setup.sh). Writes bench/results.json and
+bench/results.md.
+
+    python -m bench.run [--only NAME ...]
+
+query   seconds for `op_summary` on a 1 M-op trace, per engine available here. The trace is a
+        real recording (medium-llama, 64 tokens, 2 threads) tiled in time to 1 M op slices,
+        cached under $PROFINFER_CACHE/bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import Kind
+from profinfer_perfetto.capture.recorder import Recording, RecordRequest, plan, record
+from profinfer_perfetto.encode.output import atomic_output
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.session import TraceQuery
+from scripts import assets
+
+HERE = Path(__file__).resolve().parent
+CACHE = assets.CACHE / "bench"
+MILLION = 1_000_000
+
+
+def medium_recording(tokens: int = 64, threads: int = 2) -> Recording:
+    cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model("medium-llama")),
+           "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads), "-no-cnv",
+           "--no-warmup", "-s", "1"]
+    request = RecordRequest(command=cmd)
+    return record(request, plan(request))
+
+
+def tiled(rec: Recording, op_events: int) -> Recording:
+    """The recording repeated back to back until it holds `op_events` op begins."""
+    per_copy = int(np.count_nonzero(rec.events["kind"] == Kind.OP_BEGIN))
+    copies = -(-op_events // per_copy)
+    span = int(rec.run.end_ns - rec.run.begin_ns)
+    events, nodes = [], []
+    for k in range(copies):
+        e, n = rec.events.copy(), rec.nodes.copy()
+        e["ts"] += k * span
+        n["ts"] += k * span
+        events.append(e)
+        nodes.append(n)
+    run = rec.run
+    run.end_ns = run.begin_ns + copies * span
+    return Recording(np.concatenate(events), np.concatenate(nodes), run)
+
+
+def million_op_trace() -> Path:
+    path = CACHE / "ops-1m.pftrace"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        model = build(tiled(medium_recording(), MILLION))
+        with atomic_output(path) as out:
+            write_perfetto(build_layout(model), out)
+    return path
+
+
+def bench_query() -> dict[str, Any]:
+    trace = million_op_trace()
+    results: dict[str, Any] = {"trace_mib": round(trace.stat().st_size / 2**20, 1)}
+    for engine in ("builtin", "auto"):
+        start = time.perf_counter()
+        with TraceQuery(trace, engine) as q:
+            loaded = time.perf_counter()
+            ops = q.sql("select count(*) from profinfer_op").rows[0][0]
+            q.metric("op_summary")
+            done = time.perf_counter()
+            name = q.engine.name
+        results[name] = {"op_slices": ops, "load_s": round(loaded - start, 2),
+                         "op_summary_s": round(done - start, 2)}
+        if engine == "auto" and name == "builtin":
+            del results[name]["op_slices"]
+            break
+    return results
+
+
+BENCHES: dict[str, Callable[[], dict[str, Any]]] = {"query": bench_query}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"Measured {results['date']} on {results['machine']}.", ""]
+    query = results.get("query")
+    if query:
+        lines += ["| query (1 M-op trace) | engine | load s | op_summary s (total) |",
+                  "|---|---|---|---|"]
+        for engine in ("builtin", "trace_processor"):
+            if engine in query:
+                r = query[engine]
+                lines.append(f"| {query['trace_mib']} MiB | {engine} | {r['load_s']} | "
+                             f"{r['op_summary_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=sorted(BENCHES))
+    args = parser.parse_args()
+    results_path = HERE / "results.json"
+    results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results["date"] = date.today().isoformat()
+    results["machine"] = f"{platform.machine()} Linux {platform.release()}, " \
+                         f"{len(__import__('os').sched_getaffinity(0))} cores"
+    for name in args.only:
+        results[name] = BENCHES[name]()
+        print(name, json.dumps(results[name]))
+    results_path.write_text(json.dumps(results, indent=1) + "\n")
+    (HERE / "results.md").write_text(markdown(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""A baseline: the samples `check` compares, and what the trace was made from.
+
+Samples are latency distributions in ns, keyed like `step/decode` (token-step latency) or
+`op/decode/MUL_MAT/ffn_gate` (op instance time, all layers). Each key also records its share of
+the phase's time, so rules can pick the ops that matter. Baselines are JSON; a trace given as
+a baseline is read into one on the fly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from profinfer_perfetto import __version__
+from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.query.session import TraceQuery
+
+FORMAT = "profinfer-perfetto baseline 1"
+MAX_SAMPLES = 20_000
+"""Per key; a longer distribution is subsampled (seeded), which keeps its quantiles."""
+
+
+@dataclass
+class Baseline:
+    made_from: dict[str, str]
+    """model, ggml build, threads, counters, tool version: what makes two runs comparable."""
+    samples: dict[str, list[int]]
+    shares: dict[str, float] = field(default_factory=dict)
+    """Each op key's share of its phase's token-step time."""
+    format: str = FORMAT
+
+    def save(self, path: Path) -> None:
+        try:
+            path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        except OSError as exc:
+            raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+
+    @staticmethod
+    def load(path: Path, engine: str = "auto", tp_bin: str | None = None) -> Baseline:
+        """A baseline file, or a trace to take one from."""
+        if not path.is_file():
+            raise ProfinferError(f"no baseline at {path}")
+        if path.suffix != ".json":
+            return from_trace(path, engine, tp_bin)
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("format") != FORMAT:
+                raise ValueError
+            return Baseline(doc["made_from"], doc["samples"], doc.get("shares", {}))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ProfinferError(f"{path} is not a profinfer-perfetto baseline") from None
+
+
+def _model_of(command: str) -> str:
+    words = command.split()
+    for flag in ("-m", "--model"):
+        if flag in words[:-1]:
+            return Path(words[words.index(flag) + 1]).name
+    return words[0] if words else ""
+
+
+def _subsample(values: list[int]) -> list[int]:
+    if len(values) <= MAX_SAMPLES:
+        return values
+    rng = np.random.default_rng(0)
+    return sorted(rng.choice(values, MAX_SAMPLES, replace=False).tolist())
+
+
+def from_trace(trace: Path, engine: str = "auto", tp_bin: str | None = None) -> Baseline:
+    with TraceQuery(trace, engine, tp_bin) as q:
+        record = dict(q.sql(
+            "select substr(a.key, 7), a.display_value from slice s "
+            "join args a using (arg_set_id) where s.name = 'record'").rows)
+        threads = q.sql("select max(n_threads) from profinfer_graph").rows
+        steps = q.sql("select phase, dur from profinfer_step order by step").rows
+        nodes = q.sql("select phase, op, role, dur from profinfer_node "
+                      "where phase is not null order by graph, node").rows
+    if not record:
+        raise ProfinferError(f"{trace} has no recording in it: is it a profinfer-perfetto trace?")
+    samples: dict[str, list[int]] = {}
+    phase_time: dict[str, int] = {}
+    for phase, dur in steps:
+        samples.setdefault(f"step/{phase}", []).append(int(dur))
+        phase_time[phase] = phase_time.get(phase, 0) + int(dur)
+    totals: dict[str, int] = {}
+    for phase, op, role, dur in nodes:
+        key = f"op/{phase}/{op}/{role}"
+        samples.setdefault(key, []).append(int(dur))
+        totals[key] = totals.get(key, 0) + int(dur)
+    shares = {k: round(v / max(phase_time.get(k.split("/")[1], 0), 1), 6)
+              for k, v in totals.items()}
+    made_from = {
+        "model": _model_of(str(record.get("command", ""))),
+        "ggml": f"{record.get('ggml_version', '')} {record.get('ggml_commit', '')}".strip(),
+        "threads": str(threads[0][0] if threads and threads[0][0] is not None else ""),
+        "counters": str(record.get("counters", "")),
+        "tool": str(record.get("tool", f"profinfer-perfetto {__version__}")),
+    }
+    return Baseline(made_from, {k: _subsample(v) for k, v in samples.items()}, shares)
+
+
+def describe(made_from: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in made_from.items())

@@ -1,0 +1,79 @@
+"""How `check` reports: a table for people, JSON, JUnit XML and GitHub Actions annotations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TextIO
+from xml.etree import ElementTree as ET
+
+from profinfer_perfetto.check.verdict import REGRESSION, UNDECIDED, CheckResult, Verdict
+from profinfer_perfetto.errors import ProfinferError
+
+
+def _row(v: Verdict) -> list[str]:
+    c = v.change
+    if c is None:
+        return [v.key, "", "", "", "", f"{v.rule.max_change:+.0%}", v.verdict]
+    return [v.key, f"{c.base_median / 1e3:.1f}", f"{c.new_median / 1e3:.1f}", f"{c.change:+.1%}",
+            f"{c.low:+.1%} .. {c.high:+.1%}", f"{v.rule.max_change:+.0%}", v.verdict]
+
+
+def table(result: CheckResult, out: TextIO) -> None:
+    header = ["key", "base us", "new us", "change", "interval", "limit", "verdict"]
+    rows = [header] + [_row(v) for v in result.verdicts]
+    widths = [max(len(r[j]) for r in rows) for j in range(len(header))]
+    for r in rows:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+    for w in result.warnings:
+        out.write(f"warning: {w}\n")
+    failed = [v for v in result.verdicts if v.failed]
+    out.write(f"{len(failed)} regression(s) in {len(result.verdicts)} checks\n" if failed
+              else f"no regression in {len(result.verdicts)} checks\n")
+
+
+def as_json(result: CheckResult, out: TextIO) -> None:
+    doc = {
+        "failed": result.failed,
+        "warnings": result.warnings,
+        "verdicts": [
+            {"rule": v.rule.name, "key": v.key, "verdict": v.verdict, "base_samples": v.base_n,
+             "new_samples": v.new_n, "max_change": v.rule.max_change,
+             **({"base_median_ns": v.change.base_median, "new_median_ns": v.change.new_median,
+                 "change": v.change.change, "interval": [v.change.low, v.change.high]}
+                if v.change else {})}
+            for v in result.verdicts
+        ],
+    }
+    json.dump(doc, out, indent=1)
+    out.write("\n")
+
+
+def junit(result: CheckResult, path: Path) -> None:
+    suite = ET.Element("testsuite", name="profinfer-perfetto check",
+                       tests=str(len(result.verdicts)),
+                       failures=str(sum(v.failed for v in result.verdicts)),
+                       skipped=str(sum(v.verdict == UNDECIDED for v in result.verdicts)))
+    for v in result.verdicts:
+        case = ET.SubElement(suite, "testcase", classname=v.rule.name, name=v.key)
+        if v.failed:
+            ET.SubElement(case, "failure", message=v.sentence(), type=REGRESSION)
+        elif v.verdict == UNDECIDED:
+            ET.SubElement(case, "skipped", message=v.sentence())
+    for w in result.warnings:
+        ET.SubElement(suite, "system-err").text = w
+    try:
+        ET.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
+    except OSError as exc:
+        raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def github(result: CheckResult, out: TextIO) -> None:
+    """Workflow commands: an error per regression, a warning per warning and undecided key."""
+    for v in result.verdicts:
+        if v.failed:
+            out.write(f"::error title=profinfer-perfetto: {v.key} slower::{v.sentence()}\n")
+        elif v.verdict == UNDECIDED:
+            out.write(f"::warning title=profinfer-perfetto: {v.key}::{v.sentence()}\n")
+    for w in result.warnings:
+        out.write(f"::warning title=profinfer-perfetto::{w}\n")

@@ -1,0 +1,80 @@
+"""What `check` watches: rules over the baseline's sample keys, from TOML or the defaults.
+
+    [settings]
+    confidence = 0.95     # of the interval on the change of the median
+    min_samples = 5       # fewer on either side: too small to decide
+    resamples = 2000      # bootstrap resamples
+
+    [[rule]]
+    name = "decode step latency"
+    keys = "step/decode"  # a pattern (fnmatch) over keys: step/PHASE, op/PHASE/OP/ROLE
+    max_change = 0.05     # relative change of the median that fails, once the interval clears it
+    min_abs_ns = 0        # changes of the median smaller than this never fail
+    top = 0               # keep only the N keys with the largest share of the phase's time
+    direction = "increase"  # which way is worse: "increase" or "decrease"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from profinfer_perfetto.errors import ProfinferError
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    keys: str
+    max_change: float
+    min_abs_ns: float = 0
+    top: int = 0
+    direction: str = "increase"
+
+
+@dataclass(frozen=True)
+class Settings:
+    confidence: float = 0.95
+    min_samples: int = 5
+    resamples: int = 2000
+
+
+DEFAULT_RULES = (
+    Rule("decode step latency", "step/decode", 0.05),
+    Rule("prefill latency", "step/prefill", 0.10),
+    Rule("top decode ops", "op/decode/*", 0.05, min_abs_ns=500, top=10),
+    Rule("top prefill ops", "op/prefill/*", 0.15, min_abs_ns=2000, top=5),
+)
+
+
+def _build(cls: Any, table: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = set(table) - known
+    if unknown:
+        raise ProfinferError(f"{where}: unknown setting {sorted(unknown)[0]!r} "
+                             f"(known: {', '.join(sorted(known))})")
+    try:
+        return cls(**table)
+    except TypeError as exc:
+        raise ProfinferError(f"{where}: {exc}") from None
+
+
+def load_rules(path: Path | None) -> tuple[tuple[Rule, ...], Settings]:
+    if path is None:
+        return DEFAULT_RULES, Settings()
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ProfinferError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfinferError(f"{path} is not valid TOML: {exc}") from None
+    settings = _build(Settings, doc.get("settings", {}), f"{path} [settings]")
+    rules = tuple(_build(Rule, r, f"{path} rule {i + 1}")
+                  for i, r in enumerate(doc.get("rule", [])))
+    for r in rules:
+        if r.direction not in ("increase", "decrease"):
+            raise ProfinferError(f"{path}: rule {r.name!r} has direction {r.direction!r}, "
+                                 "not increase or decrease")
+    return rules or DEFAULT_RULES, settings

@@ -1,0 +1,47 @@
+"""`profinfer-perfetto check`: fail CI when a trace's metrics regress against a baseline."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from profinfer_perfetto.check import report
+from profinfer_perfetto.check.baseline import Baseline, from_trace
+from profinfer_perfetto.check.rules import load_rules
+from profinfer_perfetto.check.verdict import compare
+from profinfer_perfetto.errors import ProfinferError
+
+EXIT_PASS = 0
+EXIT_REGRESSION = 1
+
+
+@dataclass
+class CheckCommand:
+    trace: Path
+    baseline: Path
+    rules: Path | None = None
+    output_format: str = "table"
+    junit: Path | None = None
+    github: bool = False
+    engine: str = "auto"
+    tp_bin: str | None = None
+
+    def run(self) -> int:
+        if self.output_format not in ("table", "json"):
+            raise ProfinferError(f"unknown format {self.output_format!r} (known: table, json)")
+        rules, settings = load_rules(self.rules)
+        base = Baseline.load(self.baseline, self.engine, self.tp_bin)
+        if not self.trace.is_file():
+            raise ProfinferError(f"no trace at {self.trace}")
+        new = from_trace(self.trace, self.engine, self.tp_bin)
+        if not set(base.samples) & set(new.samples):
+            raise ProfinferError(
+                f"{self.trace} and the baseline share no metric: they are not comparable")
+        result = compare(base, new, rules, settings)
+        (report.as_json if self.output_format == "json" else report.table)(result, sys.stdout)
+        if self.junit is not None:
+            report.junit(result, self.junit)
+        if self.github:
+            report.github(result, sys.stdout)
+        return EXIT_REGRESSION if result.failed else EXIT_PASS

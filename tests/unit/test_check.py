@@ -1,0 +1,136 @@
+"""`profinfer-perfetto check`: the regression gate on synthetic runs with known changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import pytest
+
+from profinfer_perfetto.check.stats import median_change
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import build
+from tests import synthetic
+from tests.conftest import Cli
+
+B = ("--engine", "builtin")
+
+
+def trace(tmp_path: Path, name: str, **kwargs: object) -> Path:
+    path = tmp_path / f"{name}.pftrace"
+    with path.open("wb") as out:
+        write_perfetto(build_layout(build(synthetic.decode_run(**kwargs))), out)  # type: ignore[arg-type]
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "base": trace(tmp_path, "base", seed=1),
+        "same": trace(tmp_path, "same", seed=2),
+        "slow": trace(tmp_path, "slow", seed=3, slow="MUL_MAT/Qcur", factor=1.10),
+    }
+
+
+def test_an_injected_slowdown_is_flagged_and_named(cli: Cli, runs: dict[str, Path],
+                                                   tmp_path: Path) -> None:
+    report = tmp_path / "report.xml"
+    result = cli("check", runs["slow"], "--baseline", runs["base"], "--junit", report,
+                 "--github", *B)
+    assert result.returncode == 1, result.stderr
+    flagged = [line for line in result.stdout.splitlines()
+               if line.endswith("regression") and not line.startswith("::")]
+    assert len(flagged) == 1 and flagged[0].startswith("op/decode/MUL_MAT/Qcur")
+    assert "::error title=profinfer-perfetto: op/decode/MUL_MAT/Qcur slower::" in result.stdout
+    suite = ET.parse(report).getroot()
+    failures = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failures == ["op/decode/MUL_MAT/Qcur"] and suite.get("failures") == "1"
+
+
+def test_the_same_run_again_passes(cli: Cli, runs: dict[str, Path]) -> None:
+    result = cli("check", runs["same"], "--baseline", runs["base"], *B)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no regression in" in result.stdout
+
+
+def test_json_and_a_saved_baseline(cli: Cli, runs: dict[str, Path], tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    saved = cli("query", runs["base"], "--save-baseline", baseline, *B)
+    assert saved.returncode == 0, saved.stderr
+    result = cli("check", runs["slow"], "--baseline", baseline, "--format", "json", *B)
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)
+    bad = [v for v in doc["verdicts"] if v["verdict"] == "regression"]
+    assert [v["key"] for v in bad] == ["op/decode/MUL_MAT/Qcur"]
+    low, high = bad[0]["interval"]
+    assert 0.05 < low < 0.10 < high < 0.15
+
+
+def test_a_sample_too_small_to_decide_says_so(cli: Cli, runs: dict[str, Path]) -> None:
+    result = cli("check", runs["same"], "--baseline", runs["base"], *B)
+    assert "step/prefill" in result.stdout and "too few samples" in result.stdout
+
+
+def test_rules(cli: Cli, runs: dict[str, Path], tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[settings]\nresamples = 500\n\n[[rule]]\nname = "qcur"\n'
+                     'keys = "op/decode/MUL_MAT/*"\nmax_change = 0.2\n')
+    result = cli("check", runs["slow"], "--baseline", runs["base"], "--rules", rules, *B)
+    assert result.returncode == 0, result.stdout
+    assert "op/decode/MUL_MAT/Qcur" in result.stdout and "step/decode" not in result.stdout
+
+
+def test_a_baseline_from_another_setup_warns(cli: Cli, runs: dict[str, Path],
+                                              tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    cli("query", runs["base"], "--save-baseline", baseline, *B)
+    doc = json.loads(baseline.read_text())
+    doc["made_from"]["threads"] = "8"
+    baseline.write_text(json.dumps(doc))
+    result = cli("check", runs["same"], "--baseline", baseline, *B)
+    assert result.returncode == 0
+    assert "warning: the candidate's threads (2) differs from the baseline's (8)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ("missing", "no baseline at"),
+        ("malformed", "is not a profinfer-perfetto baseline"),
+        ("disjoint", "share no metric: they are not comparable"),
+        ("bad_rules", "is not valid TOML"),
+        ("unknown_rule_key", "unknown setting 'treshold'"),
+    ],
+)
+def test_bad_input(cli: Cli, runs: dict[str, Path], tmp_path: Path, setup: str,
+                   expected: str) -> None:
+    baseline = tmp_path / "baseline.json"
+    args: list[str | Path] = [runs["same"], "--baseline", baseline, *B]
+    if setup == "malformed":
+        baseline.write_text('{"samples": 3}')
+    elif setup == "disjoint":
+        baseline.write_text(json.dumps({"format": "profinfer-perfetto baseline 1",
+                                        "made_from": {}, "samples": {"op/x/y/z": [1, 2]}}))
+    elif setup in ("bad_rules", "unknown_rule_key"):
+        cli("query", runs["base"], "--save-baseline", baseline, *B)
+        rules = tmp_path / "rules.toml"
+        rules.write_text("[[rule]\n" if setup == "bad_rules" else
+                         '[[rule]]\nname = "x"\nkeys = "*"\nmax_change = 1\ntreshold = 2\n')
+        args += ["--rules", rules]
+    result = cli("check", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+def test_median_change_interval() -> None:
+    rng = np.random.default_rng(7)
+    base = rng.normal(100, 5, 400).astype(int).tolist()
+    slower = (np.array(base) * 1.2).astype(int).tolist()
+    change = median_change(base, slower)
+    assert change.low < 0.2 < change.high + 0.01 and change.low > 0.15
+    same = median_change(base, rng.normal(100, 5, 400).astype(int).tolist())
+    assert same.low <= 0 <= same.high
