@@ -6,6 +6,8 @@ bench/results.md.
 query   seconds for `op_summary` on a 1 M-op trace, per engine available here. The trace is a
         real recording (medium-llama, 64 tokens, 2 threads) tiled in time to 1 M op slices,
         cached under $PROFINFER_CACHE/bench.
+check   the regression gate's false positives: the same generation recorded 8 times, every
+        later run checked against the first with the default rules.
 """
 
 from __future__ import annotations
@@ -89,7 +91,45 @@ def bench_query() -> dict[str, Any]:
     return results
 
 
-BENCHES: dict[str, Callable[[], dict[str, Any]]] = {"query": bench_query}
+def bench_check_false_positives(runs: int = 8) -> dict[str, Any]:
+    """Record the same generation `runs` times; check every later run against the first."""
+    import subprocess
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="profinfer-fp-"))
+    results: dict[str, Any] = {}
+    for model, threads, tokens in (("tiny-llama", 1, 48), ("medium-llama", 2, 32)):
+        cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
+               "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads),
+               "-no-cnv", "--no-warmup", "-s", "1"]
+        traces = []
+        for i in range(runs):
+            out = folder / f"{model}-{i}.pftrace"
+            subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                            str(out), "--", *cmd], check=True, capture_output=True)
+            traces.append(out)
+        flagged_runs, flagged_keys, checked_keys = 0, 0, 0
+        for trace in traces[1:]:
+            proc = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "check",
+                                   str(trace), "--baseline", str(traces[0]), "--format", "json",
+                                   "--engine", "builtin"], capture_output=True, text=True)
+            verdicts = json.loads(proc.stdout)["verdicts"]
+            bad = [v for v in verdicts if v["verdict"] == "regression"]
+            flagged_runs += bool(bad)
+            flagged_keys += len(bad)
+            checked_keys += sum(v["verdict"] in ("ok", "regression", "improvement")
+                                for v in verdicts)
+        results[f"{model} t{threads}"] = {"checks": runs - 1, "flagged_runs": flagged_runs,
+                                          "flagged_keys": flagged_keys,
+                                          "decided_keys": checked_keys}
+    return results
+
+
+BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
+    "query": bench_query,
+    "check": bench_check_false_positives,
+}
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -103,6 +143,13 @@ def markdown(results: dict[str, Any]) -> str:
                 r = query[engine]
                 lines.append(f"| {query['trace_mib']} MiB | {engine} | {r['load_s']} | "
                              f"{r['op_summary_s']} |")
+    check = results.get("check")
+    if check:
+        lines += ["", "| check false positives (same run recorded again) | checks | runs flagged "
+                  "| keys flagged / decided |", "|---|---|---|---|"]
+        for name, r in check.items():
+            lines.append(f"| {name} | {r['checks']} | {r['flagged_runs']} | "
+                         f"{r['flagged_keys']} / {r['decided_keys']} |")
     return "\n".join(lines) + "\n"
 
 

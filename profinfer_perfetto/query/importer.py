@@ -71,7 +71,7 @@ class _Importer:
         self.flows: list[tuple[int, int]] = []
         self.flow_start: dict[int, int] = {}
         self.stacks: dict[int, list[int]] = {}
-        self.arg_sets: dict[tuple[Any, ...], int] = {}
+        self.arg_sets: dict[tuple[bytes, ...], int] = {}
         self.args: list[tuple[int, str, str, int | None, str | None, float | None, str, str]] = []
 
     def process(self, pid: int, name: str = "", cmdline: str = "") -> int:
@@ -102,26 +102,27 @@ class _Importer:
     def arg_set(self, annotations: Any, seq: _Sequence) -> int | None:
         if not annotations:
             return None
-        key = tuple([(a.name_iid, a.name, a.WhichOneof("value"), a.int_value, a.uint_value,
-                      a.string_value_iid, a.string_value, a.bool_value, a.double_value)
-                     for a in annotations])
+        key = tuple([a.SerializeToString() for a in annotations])
         found = self.arg_sets.get(key)
         if found is not None:
             return found
         arg_set_id = len(self.arg_sets) + 1
         self.arg_sets[key] = arg_set_id
-        for name_iid, name, kind, i, u, s_iid, s, b, d in key:
-            k = "debug." + (seq.arg_names.get(name_iid, "") if name_iid else name)
-            if kind == "string_value_iid" or kind == "string_value":
-                text = seq.arg_values.get(s_iid, "") if kind == "string_value_iid" else s
+        for a in annotations:
+            k = "debug." + (seq.arg_names.get(a.name_iid, "") if a.name_iid else a.name)
+            kind = a.WhichOneof("value")
+            if kind in ("string_value_iid", "string_value"):
+                text = seq.arg_values.get(a.string_value_iid, "") \
+                    if kind == "string_value_iid" else a.string_value
                 self.args.append((arg_set_id, k, k, None, text, None, "string", text))
             elif kind == "bool_value":
-                self.args.append((arg_set_id, k, k, int(b), None, None, "bool",
-                                  "true" if b else "false"))
+                self.args.append((arg_set_id, k, k, int(a.bool_value), None, None, "bool",
+                                  "true" if a.bool_value else "false"))
             elif kind == "double_value":
-                self.args.append((arg_set_id, k, k, None, None, d, "real", repr(d)))
+                self.args.append((arg_set_id, k, k, None, None, a.double_value, "real",
+                                  repr(a.double_value)))
             else:
-                value = u if kind == "uint_value" else i
+                value = a.uint_value if kind == "uint_value" else a.int_value
                 kind_name = "uint" if kind == "uint_value" else "int"
                 self.args.append((arg_set_id, k, k, value, None, None, kind_name, str(value)))
         return arg_set_id
@@ -131,34 +132,38 @@ class _Importer:
         if track is None:
             return
         kind = e.type
-        if kind in (_BEGIN, _INSTANT):
+        if kind == _END:
+            open_slices = self.stacks.get(track)
+            if open_slices:
+                begun = self.slices[open_slices.pop()]
+                begun[2] = ts - begun[1]
+        elif kind in (_BEGIN, _INSTANT):
             stack = self.stacks.setdefault(track, [])
             slice_id = len(self.slices)
             name = seq.names.get(e.name_iid, "") if e.name_iid else e.name
             self.slices.append([slice_id, ts, 0 if kind == _INSTANT else -1, track, None, name,
                                 len(stack), stack[-1] if stack else None,
                                 self.arg_set(e.debug_annotations, seq)])
-            for flow in e.flow_ids:
-                self.flow_start[flow] = slice_id
-            for flow in e.terminating_flow_ids:
-                start = self.flow_start.pop(flow, None)
-                if start is not None:
-                    self.flows.append((start, slice_id))
+            if e.flow_ids:
+                for flow in e.flow_ids:
+                    self.flow_start[flow] = slice_id
+            if e.terminating_flow_ids:
+                for flow in e.terminating_flow_ids:
+                    start = self.flow_start.pop(flow, None)
+                    if start is not None:
+                        self.flows.append((start, slice_id))
             if kind == _BEGIN:
                 stack.append(slice_id)
-        elif kind == _END:
-            open_slices = self.stacks.get(track)
-            if open_slices:
-                begun = self.slices[open_slices.pop()]
-                begun[2] = ts - begun[1]
         elif kind == _COUNTER:
             value = e.double_counter_value if e.HasField("double_counter_value") else \
                 e.counter_value
             self.counters.append((ts, value, track))
-        for uuid, value in zip(e.extra_counter_track_uuids, e.extra_counter_values, strict=False):
-            counter_track = self.tracks.get(uuid)
-            if counter_track is not None:
-                self.counters.append((ts, float(value), counter_track))
+        if e.extra_counter_values:
+            for uuid, value in zip(e.extra_counter_track_uuids, e.extra_counter_values,
+                                   strict=False):
+                counter_track = self.tracks.get(uuid)
+                if counter_track is not None:
+                    self.counters.append((ts, float(value), counter_track))
 
     def store(self, db: sqlite3.Connection) -> None:
         db.executescript(SCHEMA)
@@ -191,19 +196,22 @@ def load(path: Path) -> sqlite3.Connection:
     importer = _Importer()
     sequences: dict[int, _Sequence] = {}
     events = 0
+    event = importer.event
+    seq = _Sequence()
+    seq_id = None
     for packet in trace.packet:
-        seq_id = packet.trusted_packet_sequence_id
-        if packet.sequence_flags & _CLEARED or seq_id not in sequences:
-            sequences[seq_id] = _Sequence()
-        seq = sequences[seq_id]
+        if packet.trusted_packet_sequence_id != seq_id or packet.sequence_flags & _CLEARED:
+            seq_id = packet.trusted_packet_sequence_id
+            if packet.sequence_flags & _CLEARED or seq_id not in sequences:
+                sequences[seq_id] = _Sequence()
+            seq = sequences[seq_id]
         if packet.HasField("interned_data"):
             seq.intern(packet.interned_data)
-        which = packet.WhichOneof("data")
-        if which == "track_descriptor":
-            importer.descriptor(packet.track_descriptor)
-        elif which == "track_event":
+        if packet.HasField("track_event"):
             events += 1
-            importer.event(packet.timestamp, packet.track_event, seq)
+            event(packet.timestamp, packet.track_event, seq)
+        elif packet.HasField("track_descriptor"):
+            importer.descriptor(packet.track_descriptor)
     if not importer.track_rows and not events:
         raise ProfinferError(f"{path} holds no track events: is it a profinfer-perfetto trace?")
     db = sqlite3.connect(":memory:")

@@ -1,0 +1,28 @@
+"""Two real recordings of the same run pass the regression gate (no false alarm)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+from tests.integration.test_record import completion
+
+pytestmark = pytest.mark.root
+
+
+def test_two_recordings_of_the_same_run_are_not_flagged(
+    cli: Cli, llama: Callable[..., Path], model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    traces = []
+    for name in ("base", "again"):
+        out = tmp_path / f"{name}.pftrace"
+        result = cli("record", "-o", out, "--", *completion(llama, model("tiny-llama"), 1, n=48))
+        assert result.returncode == 0, result.stderr
+        traces.append(out)
+    result = cli("check", traces[1], "--baseline", traces[0], "--engine", "builtin")
+    assert result.returncode == 0, result.stdout
+    assert "no regression in" in result.stdout
+    assert "warning" not in result.stdout  # same model, build, threads and counters
