@@ -8,6 +8,14 @@ query   seconds for `op_summary` on a 1 M-op trace, per engine available here. T
         cached under $PROFINFER_CACHE/bench.
 check   the regression gate's false positives: the same generation recorded 8 times, every
         later run checked against the first with the default rules.
+overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
+        interleaved A B A B (5 pairs), for Gemma-3-270M and the medium random models at 1 and
+        2 threads, full tracing and `--sample 32`: the median slowdown with a bootstrap interval,
+        and the recorder's own CPU.
+capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the default ring
+        size, and the same run with tiny rings, where events are lost and counted.
+encoding  packets/s and bytes per op writing a real recording's trace, against a naive writer
+        that serializes one official perfetto_trace_pb2 packet per event without args.
 """
 
 from __future__ import annotations
@@ -126,7 +134,128 @@ def bench_check_false_positives(runs: int = 8) -> dict[str, Any]:
     return results
 
 
+def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str, float]:
+    """tokens/s of llama-bench (pp 32, tg 64), alone or under `record` with these options."""
+    import subprocess
+    import sys
+
+    cmd = [str(assets.llama_bin("llama-bench")), "-m", str(assets.model(model)), "-p", "32",
+           "-n", "64", "-t", str(threads), "-r", "1", "-o", "json"]
+    if record is not None:
+        cmd = [sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+               str(CACHE / "overhead.pftrace"), *record, "--", *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    doc, _, summary = out.partition("\nrecorded ")
+    result = {("pp" if t["n_prompt"] else "tg"): float(t["avg_ts"]) for t in json.loads(doc)}
+    for line in summary.splitlines():
+        if line.strip().startswith("recorder CPU"):
+            cpu, span = line.split()[2], line.split()[5]
+            result["recorder_cpu_share"] = float(cpu) / float(span)
+        if line.strip().startswith("events "):
+            result["events"] = float(line.split()[1].rstrip(","))
+            result["lost"] = float(line.split()[3])
+    return result
+
+
+def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]:
+    rng = np.random.default_rng(seed)
+    v = np.asarray(values)
+    boot = np.median(v[rng.integers(0, len(v), (2000, len(v)))], axis=1)
+    low, high = np.quantile(boot, [0.025, 0.975])
+    return float(np.median(v)), float(low), float(high)
+
+
+def bench_overhead(pairs: int = 5) -> dict[str, Any]:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    modes = {"full": [], "sample 32": ["--sample", "32"]}
+    results: dict[str, Any] = {}
+    for model in ("gemma-3-270m", "medium-llama", "medium-qwen3moe"):
+        for threads in (1, 2):
+            for mode, options in modes.items():
+                slow: dict[str, list[float]] = {"tg": [], "pp": []}
+                cpu, lost = [], 0.0
+                for _ in range(pairs):
+                    plain = _llama_bench(model, threads, None)
+                    traced = _llama_bench(model, threads, options)
+                    for phase in slow:
+                        slow[phase].append(1 - traced[phase] / plain[phase])
+                    cpu.append(traced.get("recorder_cpu_share", 0.0))
+                    lost += traced.get("lost", 0.0)
+                entry: dict[str, Any] = {
+                    f"{phase}_slowdown": [round(x, 4) for x in _median_ci(values)]
+                    for phase, values in slow.items()
+                }
+                entry["recorder_cpu_share"] = round(float(np.median(cpu)), 4)
+                entry["events_lost"] = int(lost)
+                results[f"{model} t{threads} {mode}"] = entry
+                print(model, threads, mode, entry, flush=True)
+    return results
+
+
+def bench_capacity() -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model("tiny-llama")),
+           "-p", "Paris is the capital of", "-n", "400", "-t", "2", "-no-cnv", "--no-warmup",
+           "-s", "1"]
+    results: dict[str, Any] = {}
+    for pages in (4096, 16):
+        out = CACHE / "capacity.pftrace"
+        subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
+                        "--ring-pages", str(pages), "--", *cmd], check=True, capture_output=True)
+        with TraceQuery(out, "builtin") as q:
+            record = dict(q.sql("select substr(a.key, 7), a.display_value from slice s join args "
+                                "a using (arg_set_id) where s.name = 'record'").rows)
+            span = q.sql("select (max(ts + dur) - min(ts)) / 1e9 from profinfer_graph").rows[0][0]
+        events = int(record["events"])
+        results[f"ring {pages} pages"] = {
+            "events": events, "events_lost": int(record["events_lost"]),
+            "nodes_lost": int(record["nodes_lost"]),
+            "event_rate_per_s": round(events / max(span or 1e-9, 1e-9)),
+        }
+    return results
+
+
+def bench_encoding() -> dict[str, Any]:
+    import io
+
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
+
+    model = build(medium_recording(tokens=32))
+    layout = build_layout(model)
+    start = time.perf_counter()
+    ours = io.BytesIO()
+    packets = write_perfetto(layout, ours)
+    ours_s = time.perf_counter() - start
+    start = time.perf_counter()
+    naive = io.BytesIO()
+    uuids = [t.uuid for t in layout.tracks]
+    for ts, typ, track, name in zip(layout.ts.tolist(), layout.type.tolist(),
+                                    layout.track.tolist(), layout.name.tolist(), strict=True):
+        packet = official.TracePacket(timestamp=ts, trusted_packet_sequence_id=1)
+        packet.track_event.type = typ
+        packet.track_event.track_uuid = uuids[track]
+        if name >= 0:
+            packet.track_event.name_iid = name + 1
+        body = packet.SerializeToString()
+        naive.write(bytes([0x0A, len(body)]) + body)
+    naive_s = time.perf_counter() - start
+    ops = len(model.ops)
+    return {
+        "packets": packets, "op_slices": ops,
+        "ours_packets_per_s": round(packets / ours_s), "ours_bytes_per_op": round(
+            len(ours.getvalue()) / ops, 1),
+        "naive_packets_per_s": round(len(layout) / naive_s),
+        "naive_bytes_per_packet": round(len(naive.getvalue()) / len(layout), 1),
+        "speedup_over_naive": round((packets / ours_s) / (len(layout) / naive_s), 2),
+    }
+
+
 BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
+    "overhead": bench_overhead,
+    "capacity": bench_capacity,
+    "encoding": bench_encoding,
     "query": bench_query,
     "check": bench_check_false_positives,
 }
@@ -143,6 +272,33 @@ def markdown(results: dict[str, Any]) -> str:
                 r = query[engine]
                 lines.append(f"| {query['trace_mib']} MiB | {engine} | {r['load_s']} | "
                              f"{r['op_summary_s']} |")
+    overhead = results.get("overhead")
+    if overhead:
+        lines += ["", "| overhead (llama-bench, 5 interleaved pairs) | decode slowdown "
+                  "(median, 95 % CI) | prefill slowdown | recorder CPU / capture time "
+                  "| events lost |",
+                  "|---|---|---|---|---|"]
+        for name, r in overhead.items():
+            tg, pp = r["tg_slowdown"], r["pp_slowdown"]
+            lines.append(f"| {name} | {tg[0]:+.1%} ({tg[1]:+.1%} .. {tg[2]:+.1%}) | "
+                         f"{pp[0]:+.1%} ({pp[1]:+.1%} .. {pp[2]:+.1%}) | "
+                         f"{r['recorder_cpu_share']:.1%} | {r['events_lost']} |")
+    capacity = results.get("capacity")
+    if capacity:
+        lines += ["", "| capacity (tiny-llama, 2 threads) | events | events/s | lost events | "
+                  "lost nodes |", "|---|---|---|---|---|"]
+        for name, r in capacity.items():
+            lines.append(f"| {name} | {r['events']} | {r['event_rate_per_s']} | "
+                         f"{r['events_lost']} | {r['nodes_lost']} |")
+    encoding = results.get("encoding")
+    if encoding:
+        e = encoding
+        lines += ["", "| encoding (medium-llama, 32 tokens) | packets/s | bytes |",
+                  "|---|---|---|",
+                  f"| profinfer-perfetto | {e['ours_packets_per_s']} | "
+                  f"{e['ours_bytes_per_op']} per op slice |",
+                  f"| naive per-event perfetto_trace_pb2, no args | {e['naive_packets_per_s']} | "
+                  f"{e['naive_bytes_per_packet']} per packet |"]
     check = results.get("check")
     if check:
         lines += ["", "| check false positives (same run recorded again) | checks | runs flagged "

@@ -14,6 +14,10 @@
 //   N_COUNTERS       perf counters read with perf_read (0, 1 or 2)
 //   EVENT_PAGES NODE_PAGES  ring sizes in pages (powers of two)
 //   MAX_CPUS         size of the perf event arrays
+//   GATED            1: ops and graphs are traced only in chosen token steps, from FIRST_STEP
+//                    (inclusive) to LAST_STEP (exclusive, 0 = no end), every SAMPLE_EVERY-th
+//   OP_FILTER        1: only ops whose op id is set in `op_traced`, or whose tensor name starts
+//                    with NAME_PREFIX (NAME_PREFIX_LEN bytes, 0 = no name pattern)
 
 #include <uapi/linux/ptrace.h>
 
@@ -23,6 +27,7 @@
 #define EV_GRAPH_END 4
 #define EV_OP_BEGIN 5
 #define EV_BARRIER 6
+#define EV_OP_SKIP 7   // an op left out by the filter: it ends the previous op's barrier wait
 
 #define TOKEN_DECODE 0
 #define TOKEN_ENCODE 1
@@ -74,6 +79,17 @@ BPF_RINGBUF_OUTPUT(events, EVENT_PAGES);
 BPF_RINGBUF_OUTPUT(nodes, NODE_PAGES);
 BPF_PERCPU_ARRAY(lost, u64, 2);
 BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 1);
+#if GATED
+struct gate {
+    u64 step;      // token steps begun so far
+    u64 tracing;   // 1 while the current step is traced
+};
+BPF_ARRAY(gate, struct gate, 1);
+#endif
+#if OP_FILTER
+BPF_ARRAY(op_traced, u8, 256);
+BPF_HASH(op_skipped, u32, u8, 4096);  // per thread: its current op is left out
+#endif
 #if N_COUNTERS > 0
 BPF_PERF_ARRAY(counter0, MAX_CPUS);
 #endif
@@ -119,6 +135,40 @@ static __always_inline struct event *begin_event(u8 kind) {
 static __always_inline void submit(struct event *e) {
     events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
+
+// Whether ops and graphs are traced now (outside the chosen token steps they are not).
+static __always_inline int tracing(void) {
+#if GATED
+    int zero = 0;
+    struct gate *g = gate.lookup(&zero);
+    return g && g->tracing;
+#else
+    return 1;
+#endif
+}
+
+#if OP_FILTER
+// Whether the op filter keeps a node: its op id is chosen, or its name has the prefix.
+static __always_inline int op_kept(const void *tensor) {
+    u32 op = 0;
+    bpf_probe_read_user(&op, 4, (const u8 *)tensor + T_OP);
+    u8 *chosen = op_traced.lookup(&op);
+    if (chosen && *chosen)
+        return 1;
+#if NAME_PREFIX_LEN > 0
+    char name[NAME_PREFIX_LEN] = {};
+    const char prefix[] = NAME_PREFIX;
+    bpf_probe_read_user(name, NAME_PREFIX_LEN, (const u8 *)tensor + T_NAME);
+#pragma unroll
+    for (int i = 0; i < NAME_PREFIX_LEN; i++)
+        if (name[i] != prefix[i])
+            return 0;
+    return 1;
+#else
+    return 0;
+#endif
+}
+#endif
 
 // Copy one tensor's descriptor into the nodes ring (counted as lost when it is full).
 static __always_inline void describe(u64 ts, const void *tensor) {
@@ -170,6 +220,19 @@ static __always_inline void describe(u64 ts, const void *tensor) {
 
 // One thread starts its share of a node (or of a fused node pair: `second` non-null).
 static __always_inline int begin_op(const void *params, const void *first, const void *second) {
+    if (!tracing())
+        return 0;
+#if OP_FILTER
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u8 skipped = !(op_kept(first) || (second && op_kept(second)));
+    op_skipped.update(&tid, &skipped);
+    if (skipped) {
+        struct event *skip = begin_event(EV_OP_SKIP);
+        if (skip)
+            submit(skip);
+        return 0;
+    }
+#endif
     struct event *e = begin_event(EV_OP_BEGIN);
     if (!e)
         return 0;
@@ -204,6 +267,14 @@ int fused_op_begin(struct pt_regs *ctx) {
 // A call of ggml_barrier in the graph loop function. Ops inlined there have barriers of their
 // own, so user space takes the last barrier before a thread's next op as the end of its share.
 int barrier_enter(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+#if OP_FILTER
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u8 *skipped = op_skipped.lookup(&tid);
+    if (skipped && *skipped)
+        return 0;
+#endif
     struct event *e = begin_event(EV_BARRIER);
     if (e)
         submit(e);
@@ -212,6 +283,8 @@ int barrier_enter(struct pt_regs *ctx) {
 
 // ggml_graph_compute(cgraph, cplan) of the CPU backend (backend id 0).
 int graph_begin(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
     struct event *e = begin_event(EV_GRAPH_BEGIN);
     if (!e)
         return 0;
@@ -236,9 +309,18 @@ static __always_inline int returned(struct pt_regs *ctx, u8 kind) {
     return 0;
 }
 
-int graph_end(struct pt_regs *ctx) { return returned(ctx, EV_GRAPH_END); }
+int graph_end(struct pt_regs *ctx) { return tracing() ? returned(ctx, EV_GRAPH_END) : 0; }
 
 static __always_inline int token_begin(u32 entry, s64 n_tokens) {
+#if GATED
+    int zero = 0;
+    struct gate *g = gate.lookup(&zero);
+    if (g) {
+        u64 step = g->step++;
+        g->tracing = step >= FIRST_STEP && (LAST_STEP == 0 || step < LAST_STEP)
+                     && (step - FIRST_STEP) % SAMPLE_EVERY == 0;
+    }
+#endif
     struct event *e = begin_event(EV_TOKEN_BEGIN);
     if (!e)
         return 0;

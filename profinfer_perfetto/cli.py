@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from profinfer_perfetto import __version__
-from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes, counter_config
+from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes, Selection, counter_config
 from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.check.baseline import from_trace
 from profinfer_perfetto.commands import doctor
@@ -61,6 +61,18 @@ def record(
     ring_pages: Annotated[
         int, typer.Option(help="Pages of each BPF ring buffer (a power of two).")
     ] = RingSizes().event_pages,
+    tokens: Annotated[
+        str | None,
+        typer.Option(help="Trace ops only in token steps FIRST:LAST (0-based, LAST excluded)."),
+    ] = None,
+    sample: Annotated[
+        int, typer.Option(help="Trace ops in one token step of every N (a light monitor).")
+    ] = 1,
+    ops: Annotated[
+        str | None,
+        typer.Option(help="Trace only these op types and/or one tensor-name prefix: "
+                     "MUL_MAT,FLASH_ATTN_EXT,ffn_*"),
+    ] = None,
 ) -> None:
     """Trace a llama.cpp run (a command, or --pid) into a Perfetto trace."""
     counters = ["context-switches"] if counter is None else [c for c in counter if c != "none"]
@@ -79,6 +91,7 @@ def record(
         counters=tuple(counters),
         libs=tuple(lib or ()),
         rings=RingSizes(ring_pages, ring_pages),
+        selection=Selection.parse(tokens, sample, ops),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
 

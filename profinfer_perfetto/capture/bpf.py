@@ -60,6 +60,49 @@ class RingSizes:
     node_pages: int = 4096
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which ops are traced: token steps first <= step < last (0: no end), every
+    `every`-th of them; op types in `ops` or tensor names starting with `name_prefix`."""
+
+    first: int = 0
+    last: int = 0
+    every: int = 1
+    ops: tuple[str, ...] = ()
+    name_prefix: str = ""
+
+    @property
+    def gated(self) -> bool:
+        return (self.first, self.last, self.every) != (0, 0, 1)
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.ops or self.name_prefix)
+
+    @staticmethod
+    def parse(tokens: str | None, sample: int, ops: str | None) -> Selection:
+        """From --tokens A:B, --sample N and --ops MUL_MAT,ffn_*."""
+        first = last = 0
+        if tokens:
+            try:
+                a, _, b = tokens.partition(":")
+                first, last = int(a or 0), int(b or 0)
+            except ValueError:
+                raise ProfinferError(f"--tokens takes FIRST:LAST step numbers, not {tokens!r}"
+                                     ) from None
+            if first < 0 or last < 0 or (last and last <= first):
+                raise ProfinferError(f"--tokens {tokens} selects no token step")
+        if sample < 1:
+            raise ProfinferError(f"--sample takes a number of steps >= 1, not {sample}")
+        names = [o.strip() for o in (ops or "").split(",") if o.strip()]
+        prefixes = [o[:-1] for o in names if o.endswith("*")]
+        if len(prefixes) > 1 or any(not p for p in prefixes):
+            raise ProfinferError("--ops takes op names and at most one tensor-name prefix "
+                                 "ending in * (e.g. MUL_MAT,ffn_*)")
+        return Selection(first, last, sample, tuple(o for o in names if not o.endswith("*")),
+                         prefixes[0] if prefixes else "")
+
+
 def probe_source() -> str:
     """The BPF C source shipped with the package (or beside it, in a source checkout)."""
     packaged = resources.files("profinfer_perfetto").joinpath("probes/ggml.bpf.c")
@@ -68,7 +111,8 @@ def probe_source() -> str:
     return (Path(__file__).resolve().parents[2] / "probes" / "ggml.bpf.c").read_text()
 
 
-def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes) -> str:
+def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
+                 selection: Selection = Selection()) -> str:
     """The exact program BCC compiles: our definitions, then probes/ggml.bpf.c."""
     layout, runtime = ggml.layout, ggml.runtime
     defines = {
@@ -89,6 +133,13 @@ def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes) -> str:
         "EVENT_PAGES": rings.event_pages,
         "NODE_PAGES": rings.node_pages,
         "MAX_CPUS": os.cpu_count() or 1,
+        "GATED": int(selection.gated),
+        "FIRST_STEP": selection.first,
+        "LAST_STEP": selection.last,
+        "SAMPLE_EVERY": selection.every,
+        "OP_FILTER": int(selection.filtered),
+        "NAME_PREFIX": '"' + selection.name_prefix.replace('"', "") + '"',
+        "NAME_PREFIX_LEN": len(selection.name_prefix.encode()),
     }
     head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     return head + probe_source()
@@ -150,7 +201,8 @@ def _attach_uprobe_fn() -> Any:
 class ProbeSession:
     """The loaded program, its uprobes on one process and the readers of its rings."""
 
-    def __init__(self, text: str, counters: list[str], rings: RingSizes) -> None:
+    def __init__(self, text: str, counters: list[str], rings: RingSizes,
+                 traced_ops: list[int] | None = None) -> None:
         bcc = _import_bcc()
         self._counters = counters
         configs = [counter_config(c) for c in counters]
@@ -172,6 +224,10 @@ class ProbeSession:
         page = os.sysconf("SC_PAGE_SIZE")
         self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
         self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
+        if traced_ops:
+            table = self._bpf[b"op_traced"]
+            for op in traced_ops:
+                table[table.Key(op)] = table.Leaf(1)
         self._attach = _attach_uprobe_fn()
 
     def attach(self, probes: tuple[Probe, ...], pid: int) -> None:

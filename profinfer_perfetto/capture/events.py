@@ -20,6 +20,8 @@ class Kind(IntEnum):
     GRAPH_END = 4
     OP_BEGIN = 5
     BARRIER = 6
+    OP_SKIP = 7
+    """An op the --ops filter left out: it only ends the previous op's barrier wait."""
 
 
 class TokenEntry(IntEnum):

@@ -19,7 +19,7 @@ from types import FrameType
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.bpf import ProbeSession, RingSizes, program_text
+from profinfer_perfetto.capture.bpf import ProbeSession, RingSizes, Selection, program_text
 from profinfer_perfetto.capture.events import EVENT, NODE
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.target import ProbePlan
@@ -45,6 +45,8 @@ class Run:
     status: str
     """complete, or what cut the capture short (target crash, signal to the recorder)."""
     notes: list[str] = field(default_factory=list)
+    recorder_cpu_s: float = 0.0
+    """CPU time the recorder itself spent while capturing (draining the rings)."""
 
     @property
     def complete(self) -> bool:
@@ -66,6 +68,7 @@ class RecordRequest:
     counters: tuple[str, ...] = ("context-switches",)
     libs: tuple[Path, ...] = ()
     rings: RingSizes = field(default_factory=RingSizes)
+    selection: Selection = field(default_factory=Selection)
 
 
 def plan(request: RecordRequest) -> ProbePlan:
@@ -80,6 +83,13 @@ def plan(request: RecordRequest) -> ProbePlan:
 def require_root() -> None:
     if os.geteuid() != 0:
         raise ProfinferError("recording attaches eBPF probes and needs root: run it with sudo")
+
+
+def _op_id(ggml: GgmlInfo, name: str) -> int:
+    if name not in ggml.ops:
+        raise ProfinferError(f"--ops: {name} is no op of ggml {ggml.version} "
+                             "(op names are like MUL_MAT, FLASH_ATTN_EXT)")
+    return ggml.ops.index(name)
 
 
 def boot_ns() -> int:
@@ -137,11 +147,14 @@ def record(
     `on_attached(pid)` runs once the probes are in place, before a launched target starts.
     """
     require_root()
-    text = program_text(probe_plan.ggml, list(request.counters), request.rings)
+    selection = request.selection
+    traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
+    text = program_text(probe_plan.ggml, list(request.counters), request.rings, selection)
     event_chunks: list[np.ndarray] = []
     node_chunks: list[np.ndarray] = []
     threads: dict[int, str] = {}
-    with ProbeSession(text, list(request.counters), request.rings) as session, _Stop() as stop:
+    with ProbeSession(text, list(request.counters), request.rings, traced_ops) as session, \
+            _Stop() as stop:
         proc: subprocess.Popen[bytes] | None = None
         if request.command:
             proc, go = _launch_paused(request.command)
@@ -159,6 +172,7 @@ def record(
                 proc.wait()
             raise
         begin = boot_ns()
+        cpu_at_begin = time.process_time()
         if on_attached is not None:
             on_attached(pid)
         if proc is not None:
@@ -206,6 +220,7 @@ def record(
                 break
         drain()
         end = boot_ns()
+        recorder_cpu = time.process_time() - cpu_at_begin
         lost_events, lost_nodes = session.lost()
     run = Run(
         ggml=probe_plan.ggml,
@@ -220,6 +235,7 @@ def record(
         end_ns=end,
         status=status,
         notes=list(probe_plan.notes),
+        recorder_cpu_s=round(recorder_cpu, 3),
     )
     return Recording(
         events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),

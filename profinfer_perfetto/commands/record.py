@@ -28,7 +28,9 @@ class RecordCommand:
     def run(self) -> int:
         probe_plan = plan(self.request)
         if self.ebpf:
-            text = program_text(probe_plan.ggml, list(self.request.counters), self.request.rings)
+            request = self.request
+            text = program_text(probe_plan.ggml, list(request.counters), request.rings,
+                                request.selection)
             sys.stdout.write(text)
             for probe in probe_plan.probes:
                 kind = "uretprobe" if probe.ret else "uprobe"
@@ -71,6 +73,8 @@ def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
         f"DAG edges {len(model.edges)}",
         f"  events {model.event_count}, lost {model.run.lost_events} events and "
         f"{model.run.lost_nodes} node descriptors, {model.dropped_ops} ops outside graphs",
+        f"  recorder CPU {model.run.recorder_cpu_s:.2f} s over "
+        f"{(model.run.end_ns - model.run.begin_ns) / 1e9:.2f} s of capture",
     ]
     lines += [f"  note: {note}" for note in model.run.notes]
     lines.append(f"wrote {output} ({size / 1024:.1f} KiB, {written} {unit}): "

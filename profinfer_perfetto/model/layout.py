@@ -362,6 +362,7 @@ def _recording_args(model: TraceModel) -> Args:
         ("events_lost", model.run.lost_events),
         ("nodes_lost", model.run.lost_nodes),
         ("ops_dropped", model.dropped_ops),
+        ("recorder_cpu_ms", round(model.run.recorder_cpu_s * 1000)),
         ("tool", f"profinfer-perfetto {__version__}"),
         ("ggml_version", model.run.ggml.version),
         ("ggml_commit", model.run.ggml.commit),

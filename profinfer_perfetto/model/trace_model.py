@@ -218,12 +218,14 @@ def build(recording: Recording) -> TraceModel:
         layer=np.array([layer_of(n) for n in names], np.int64),
     )
 
-    # Ops: each op begin, and the barriers its thread entered before its next op.
-    work = events[(events["kind"] == Kind.OP_BEGIN) | (events["kind"] == Kind.BARRIER)]
+    # Ops: each op begin, and the barriers its thread entered before its next op (an op the
+    # --ops filter left out counts as a next op, and is dropped afterwards).
+    kinds = events["kind"]
+    work = events[(kinds == Kind.OP_BEGIN) | (kinds == Kind.BARRIER) | (kinds == Kind.OP_SKIP)]
     work_graph = graphs.containing(work["ts"])
     dropped = int(np.count_nonzero((work_graph < 0) & (work["kind"] == Kind.OP_BEGIN)))
     work, work_graph = work[work_graph >= 0], work_graph[work_graph >= 0]
-    is_begin = work["kind"] == Kind.OP_BEGIN
+    is_begin = work["kind"] != Kind.BARRIER
     owner = _latest_begin(is_begin)
     same = (owner >= 0) & (work["tid"] == work["tid"][np.maximum(owner, 0)])
     same &= work_graph == work_graph[np.maximum(owner, 0)]
@@ -257,7 +259,8 @@ def build(recording: Recording) -> TraceModel:
 
     node = _node_lookup(nodes, g, b["arg0"])
     fused = np.where(b["arg1"] != 0, _node_lookup(nodes, g, b["arg1"]), -1)
-    known = node >= 0
+    traced = b["kind"] == Kind.OP_BEGIN
+    known = (node >= 0) & traced
     ops = Ops(
         tid=b["tid"][known],
         cpu=b["cpu"][known],
@@ -288,7 +291,7 @@ def build(recording: Recording) -> TraceModel:
         ops=ops,
         edges=edges,
         event_count=len(recording.events),
-        dropped_ops=dropped + int(np.count_nonzero(~known)),
+        dropped_ops=dropped + int(np.count_nonzero(~known & traced)),
     )
 
 
