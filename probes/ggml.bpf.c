@@ -83,6 +83,7 @@ BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 1);
 struct gate {
     u64 step;      // token steps begun so far
     u64 tracing;   // 1 while the current step is traced
+    u64 armed;     // set by the recorder while the op probes are attached
 };
 BPF_ARRAY(gate, struct gate, 1);
 #endif
@@ -317,7 +318,7 @@ static __always_inline int token_begin(u32 entry, s64 n_tokens) {
     struct gate *g = gate.lookup(&zero);
     if (g) {
         u64 step = g->step++;
-        g->tracing = step >= FIRST_STEP && (LAST_STEP == 0 || step < LAST_STEP)
+        g->tracing = g->armed && step >= FIRST_STEP && (LAST_STEP == 0 || step < LAST_STEP)
                      && (step - FIRST_STEP) % SAMPLE_EVERY == 0;
     }
 #endif

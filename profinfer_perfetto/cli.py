@@ -73,6 +73,11 @@ def record(
         typer.Option(help="Trace only these op types and/or one tensor-name prefix: "
                      "MUL_MAT,FLASH_ATTN_EXT,ffn_*"),
     ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
+                     "the chosen steps (lowest overhead; a step may be missed on fast targets)."),
+    ] = False,
 ) -> None:
     """Trace a llama.cpp run (a command, or --pid) into a Perfetto trace."""
     counters = ["context-switches"] if counter is None else [c for c in counter if c != "none"]
@@ -91,7 +96,7 @@ def record(
         counters=tuple(counters),
         libs=tuple(lib or ()),
         rings=RingSizes(ring_pages, ring_pages),
-        selection=Selection.parse(tokens, sample, ops),
+        selection=Selection.parse(tokens, sample, ops, detach),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
 

@@ -70,6 +70,20 @@ class Selection:
     every: int = 1
     ops: tuple[str, ...] = ()
     name_prefix: str = ""
+    detach: bool = False
+    """Attach the op probes only around the chosen steps (their traps then cost the other steps
+    nothing); removing them takes the kernel about a second, so this suits sampling periods of
+    seconds (a server monitor), and a chosen step can be missed when steps come faster."""
+
+    def selected(self, step: int) -> bool:
+        return (step >= self.first and (self.last == 0 or step < self.last)
+                and (step - self.first) % self.every == 0)
+
+    def next_selected(self, step: int) -> int | None:
+        """The first chosen step at or after `step`, None when there is none."""
+        start = max(step, self.first)
+        nxt = start + (-(start - self.first)) % self.every
+        return nxt if self.last == 0 or nxt < self.last else None
 
     @property
     def gated(self) -> bool:
@@ -80,7 +94,8 @@ class Selection:
         return bool(self.ops or self.name_prefix)
 
     @staticmethod
-    def parse(tokens: str | None, sample: int, ops: str | None) -> Selection:
+    def parse(tokens: str | None, sample: int, ops: str | None,
+              detach: bool = False) -> Selection:
         """From --tokens A:B, --sample N and --ops MUL_MAT,ffn_*."""
         first = last = 0
         if tokens:
@@ -99,8 +114,10 @@ class Selection:
         if len(prefixes) > 1 or any(not p for p in prefixes):
             raise ProfinferError("--ops takes op names and at most one tensor-name prefix "
                                  "ending in * (e.g. MUL_MAT,ffn_*)")
+        if detach and not (tokens or sample > 1):
+            raise ProfinferError("--detach goes with --tokens or --sample")
         return Selection(first, last, sample, tuple(o for o in names if not o.endswith("*")),
-                         prefixes[0] if prefixes else "")
+                         prefixes[0] if prefixes else "", detach)
 
 
 def probe_source() -> str:
@@ -229,6 +246,7 @@ class ProbeSession:
             for op in traced_ops:
                 table[table.Key(op)] = table.Leaf(1)
         self._attach = _attach_uprobe_fn()
+        self._attached: dict[Probe, bytes] = {}
 
     def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
         for probe in probes:
@@ -244,6 +262,25 @@ class ProbeSession:
                 )
             # BCC's own bookkeeping, so that its cleanup detaches these probes too.
             self._bpf._add_uprobe_fd(ev_name, fd)
+            self._attached[probe] = ev_name
+
+    def detach(self, probes: tuple[Probe, ...]) -> None:
+        """Remove probes (slow: about 0.9 s for the three op probes on kernel 6.18)."""
+        for probe in probes:
+            ev_name = self._attached.pop(probe, None)
+            if ev_name is not None:
+                self._bpf.detach_uprobe_event(ev_name)
+
+    def gate(self) -> tuple[int, bool]:
+        """Token steps begun so far, and whether the op probes count as attached."""
+        value = self._bpf[b"gate"][0]
+        return int(value.step), bool(value.armed)
+
+    def arm(self, armed: bool) -> None:
+        table = self._bpf[b"gate"]
+        value = table[0]
+        value.armed = int(armed)
+        table[table.Key(0)] = value
 
     def lost(self) -> tuple[int, int]:
         """Events and node descriptors dropped because a ring was full."""
