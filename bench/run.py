@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -261,51 +262,50 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
 }
 
 
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _ci(values: list[float]) -> str:
+    return f"{values[0]:+.1%} ({values[1]:+.1%} .. {values[2]:+.1%})"
+
+
 def markdown(results: dict[str, Any]) -> str:
-    lines = [f"Measured {results['date']} on {results['machine']}.", ""]
-    query = results.get("query")
-    if query:
-        lines += ["| query (1 M-op trace) | engine | load s | op_summary s (total) |",
-                  "|---|---|---|---|"]
-        for engine in ("builtin", "trace_processor"):
-            if engine in query:
-                r = query[engine]
-                lines.append(f"| {query['trace_mib']} MiB | {engine} | {r['load_s']} | "
-                             f"{r['op_summary_s']} |")
-    overhead = results.get("overhead")
-    if overhead:
-        lines += ["", "| overhead (llama-bench, 5 interleaved pairs) | decode slowdown "
-                  "(median, 95 % CI) | prefill slowdown | recorder CPU / capture time "
-                  "| events lost |",
-                  "|---|---|---|---|---|"]
-        for name, r in overhead.items():
-            tg, pp = r["tg_slowdown"], r["pp_slowdown"]
-            lines.append(f"| {name} | {tg[0]:+.1%} ({tg[1]:+.1%} .. {tg[2]:+.1%}) | "
-                         f"{pp[0]:+.1%} ({pp[1]:+.1%} .. {pp[2]:+.1%}) | "
-                         f"{r['recorder_cpu_share']:.1%} | {r['events_lost']} |")
-    capacity = results.get("capacity")
-    if capacity:
-        lines += ["", "| capacity (tiny-llama, 2 threads) | events | events/s | lost events | "
-                  "lost nodes |", "|---|---|---|---|---|"]
-        for name, r in capacity.items():
-            lines.append(f"| {name} | {r['events']} | {r['event_rate_per_s']} | "
-                         f"{r['events_lost']} | {r['nodes_lost']} |")
-    encoding = results.get("encoding")
-    if encoding:
-        e = encoding
-        lines += ["", "| encoding (medium-llama, 32 tokens) | packets/s | bytes |",
-                  "|---|---|---|",
-                  f"| profinfer-perfetto | {e['ours_packets_per_s']} | "
-                  f"{e['ours_bytes_per_op']} per op slice |",
-                  f"| naive per-event perfetto_trace_pb2, no args | {e['naive_packets_per_s']} | "
-                  f"{e['naive_bytes_per_packet']} per packet |"]
-    check = results.get("check")
-    if check:
-        lines += ["", "| check false positives (same run recorded again) | checks | runs flagged "
-                  "| keys flagged / decided |", "|---|---|---|---|"]
-        for name, r in check.items():
-            lines.append(f"| {name} | {r['checks']} | {r['flagged_runs']} | "
-                         f"{r['flagged_keys']} / {r['decided_keys']} |")
+    lines = [f"Measured {results['date']} on {results['machine']}."]
+    if "query" in results:
+        q = results["query"]
+        lines += _table(["query (1 M-op trace)", "engine", "load s", "op_summary s (total)"],
+                        [[f"{q['trace_mib']} MiB", e, str(q[e]["load_s"]),
+                          str(q[e]["op_summary_s"])]
+                         for e in ("builtin", "trace_processor") if e in q])
+    if "overhead" in results:
+        lines += _table(["overhead (llama-bench pp32 tg64, 5 interleaved pairs)",
+                         "decode slowdown (median, 95 % CI)", "prefill slowdown",
+                         "recorder CPU / capture time", "events lost"],
+                        [[name, _ci(r["tg_slowdown"]), _ci(r["pp_slowdown"]),
+                          f"{r['recorder_cpu_share']:.1%}", str(r["events_lost"])]
+                         for name, r in results["overhead"].items()])
+    if "capacity" in results:
+        lines += _table(["capacity (tiny-llama, 2 threads)", "events kept", "events/s",
+                         "events lost", "node descriptors lost"],
+                        [[name, str(r["events"]), str(r["event_rate_per_s"]),
+                          str(r["events_lost"]), str(r["nodes_lost"])]
+                         for name, r in results["capacity"].items()])
+    if "encoding" in results:
+        e = results["encoding"]
+        lines += _table(["encoding (medium-llama, 32 tokens)", "packets/s", "bytes"],
+                        [["profinfer-perfetto", str(e["ours_packets_per_s"]),
+                          f"{e['ours_bytes_per_op']} per op slice"],
+                         ["naive per-event perfetto_trace_pb2, no args",
+                          str(e["naive_packets_per_s"]),
+                          f"{e['naive_bytes_per_packet']} per packet"]])
+    if "check" in results:
+        lines += _table(["check false positives (same run recorded again)", "checks",
+                         "runs flagged", "keys flagged / decided"],
+                        [[name, str(r["checks"]), str(r["flagged_runs"]),
+                          f"{r['flagged_keys']} / {r['decided_keys']}"]
+                         for name, r in results["check"].items()])
     return "\n".join(lines) + "\n"
 
 
@@ -316,8 +316,8 @@ def main() -> None:
     results_path = HERE / "results.json"
     results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
     results["date"] = date.today().isoformat()
-    results["machine"] = f"{platform.machine()} Linux {platform.release()}, " \
-                         f"{len(__import__('os').sched_getaffinity(0))} cores"
+    results["machine"] = (f"{platform.machine()} Linux {platform.release()}, "
+                          f"{len(os.sched_getaffinity(0))} cores")
     for name in args.only:
         results[name] = BENCHES[name]()
         print(name, json.dumps(results[name]))

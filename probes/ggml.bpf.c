@@ -18,6 +18,9 @@
 //                    (inclusive) to LAST_STEP (exclusive, 0 = no end), every SAMPLE_EVERY-th
 //   OP_FILTER        1: only ops whose op id is set in `op_traced`, or whose tensor name starts
 //                    with NAME_PREFIX (NAME_PREFIX_LEN bytes, 0 = no name pattern)
+//   AGGREGATE        1: no op events; each thread's share of a node is summed into `op_stats`
+//                    (count, work, barrier wait, max, log2 histogram of work) keyed by tensor,
+//                    and a node is described once
 
 #include <uapi/linux/ptrace.h>
 
@@ -86,6 +89,54 @@ struct gate {
     u64 armed;     // set by the recorder while the op probes are attached
 };
 BPF_ARRAY(gate, struct gate, 1);
+#endif
+#if AGGREGATE
+#define HIST_BUCKETS 32
+struct op_share {      // one thread's current op
+    u64 node;          // its tensor (the first of a fused pair)
+    u64 begin;
+    u64 barrier;       // the last barrier the thread entered, 0 for none yet
+};
+struct op_stats {      // per tensor, over threads and steps
+    u64 count;
+    u64 work_ns;
+    u64 wait_ns;
+    u64 max_work_ns;
+    u64 hist[HIST_BUCKETS];  // work: bucket b counts shares of 2^(b-1) to 2^b ns
+};
+BPF_HASH(current_op, u32, struct op_share, 4096);
+BPF_HASH(op_stats, u64, struct op_stats, 65536);
+BPF_HASH(described, u64, u8, 65536);
+BPF_ARRAY(last_graph_end, u64, 1);
+
+// Add a thread's finished share to its node's statistics; its wait ends at `now`, or at the
+// end of the graph when that came first (worker threads see no graph end of their own).
+static __always_inline void close_share(u32 tid, u64 now) {
+    struct op_share *cur = current_op.lookup(&tid);
+    if (!cur || !cur->node)
+        return;
+    u64 work_end = cur->barrier ? cur->barrier : now;
+    u64 end = now;
+    int zero = 0;
+    u64 *graph_end = last_graph_end.lookup(&zero);
+    if (graph_end && *graph_end > work_end && *graph_end < end)
+        end = *graph_end;
+    u64 work = work_end - cur->begin;
+    struct op_stats fresh = {};
+    struct op_stats *s = op_stats.lookup_or_try_init(&cur->node, &fresh);
+    if (s) {
+        __sync_fetch_and_add(&s->count, 1);
+        __sync_fetch_and_add(&s->work_ns, work);
+        __sync_fetch_and_add(&s->wait_ns, end - work_end);
+        if (work > s->max_work_ns)
+            s->max_work_ns = work;
+        u32 bucket = bpf_log2l(work);
+        if (bucket >= HIST_BUCKETS)
+            bucket = HIST_BUCKETS - 1;
+        __sync_fetch_and_add(&s->hist[bucket], 1);
+    }
+    cur->node = 0;
+}
 #endif
 #if OP_FILTER
 BPF_ARRAY(op_traced, u8, 256);
@@ -234,6 +285,22 @@ static __always_inline int begin_op(const void *params, const void *first, const
         return 0;
     }
 #endif
+#if AGGREGATE
+    u32 me = (u32)bpf_get_current_pid_tgid();
+    u64 now = bpf_ktime_get_boot_ns();
+    close_share(me, now);
+    struct op_share share = {.node = (u64)first, .begin = now, .barrier = 0};
+    current_op.update(&me, &share);
+    u8 one = 1;
+    u64 key = (u64)first;
+    if (described.lookup(&key))
+        return 0;
+    described.update(&key, &one);
+    describe(now, first);
+    if (second)
+        describe(now, second);
+    return 0;
+#endif
     struct event *e = begin_event(EV_OP_BEGIN);
     if (!e)
         return 0;
@@ -276,6 +343,13 @@ int barrier_enter(struct pt_regs *ctx) {
     if (skipped && *skipped)
         return 0;
 #endif
+#if AGGREGATE
+    u32 me = (u32)bpf_get_current_pid_tgid();
+    struct op_share *cur = current_op.lookup(&me);
+    if (cur)
+        cur->barrier = bpf_ktime_get_boot_ns();
+    return 0;
+#endif
     struct event *e = begin_event(EV_BARRIER);
     if (e)
         submit(e);
@@ -310,7 +384,17 @@ static __always_inline int returned(struct pt_regs *ctx, u8 kind) {
     return 0;
 }
 
-int graph_end(struct pt_regs *ctx) { return tracing() ? returned(ctx, EV_GRAPH_END) : 0; }
+int graph_end(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+#if AGGREGATE
+    int zero = 0;
+    u64 now = bpf_ktime_get_boot_ns();
+    last_graph_end.update(&zero, &now);
+    close_share((u32)bpf_get_current_pid_tgid(), now);
+#endif
+    return returned(ctx, EV_GRAPH_END);
+}
 
 static __always_inline int token_begin(u32 entry, s64 n_tokens) {
 #if GATED

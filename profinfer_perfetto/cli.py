@@ -73,6 +73,11 @@ def record(
         typer.Option(help="Trace only these op types and/or one tensor-name prefix: "
                      "MUL_MAT,FLASH_ATTN_EXT,ffn_*"),
     ] = None,
+    aggregate: Annotated[
+        bool,
+        typer.Option("--aggregate", help="Sum ops into per-op statistics in BPF (counts, time "
+                     "histograms): a summary and counter tracks, no op events."),
+    ] = False,
     detach: Annotated[
         bool,
         typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
@@ -96,7 +101,7 @@ def record(
         counters=tuple(counters),
         libs=tuple(lib or ()),
         rings=RingSizes(ring_pages, ring_pages),
-        selection=Selection.parse(tokens, sample, ops, detach),
+        selection=Selection.parse(tokens, sample, ops, detach, aggregate),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
 

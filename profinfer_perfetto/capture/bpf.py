@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from profinfer_perfetto.capture.events import EVENT, N_SRC, NODE
+from profinfer_perfetto.capture.events import EVENT, N_SRC, NODE, OP_STATS
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.target import Probe
@@ -70,6 +70,8 @@ class Selection:
     every: int = 1
     ops: tuple[str, ...] = ()
     name_prefix: str = ""
+    aggregate: bool = False
+    """Sum op shares into per-tensor statistics in BPF instead of sending op events."""
     detach: bool = False
     """Attach the op probes only around the chosen steps (their traps then cost the other steps
     nothing); removing them takes the kernel about a second, so this suits sampling periods of
@@ -94,8 +96,8 @@ class Selection:
         return bool(self.ops or self.name_prefix)
 
     @staticmethod
-    def parse(tokens: str | None, sample: int, ops: str | None,
-              detach: bool = False) -> Selection:
+    def parse(tokens: str | None, sample: int, ops: str | None, detach: bool = False,
+              aggregate: bool = False) -> Selection:
         """From --tokens A:B, --sample N and --ops MUL_MAT,ffn_*."""
         first = last = 0
         if tokens:
@@ -116,8 +118,10 @@ class Selection:
                                  "ending in * (e.g. MUL_MAT,ffn_*)")
         if detach and not (tokens or sample > 1):
             raise ProfinferError("--detach goes with --tokens or --sample")
+        if aggregate and names:
+            raise ProfinferError("--aggregate counts every op: it does not go with --ops")
         return Selection(first, last, sample, tuple(o for o in names if not o.endswith("*")),
-                         prefixes[0] if prefixes else "", detach)
+                         prefixes[0] if prefixes else "", aggregate, detach)
 
 
 def probe_source() -> str:
@@ -157,6 +161,7 @@ def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
         "OP_FILTER": int(selection.filtered),
         "NAME_PREFIX": '"' + selection.name_prefix.replace('"', "") + '"',
         "NAME_PREFIX_LEN": len(selection.name_prefix.encode()),
+        "AGGREGATE": int(selection.aggregate),
     }
     head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     return head + probe_source()
@@ -270,6 +275,18 @@ class ProbeSession:
             ev_name = self._attached.pop(probe, None)
             if ev_name is not None:
                 self._bpf.detach_uprobe_event(ev_name)
+
+    def op_stats(self) -> np.ndarray:
+        """The --aggregate statistics so far, one row per tensor."""
+        table = self._bpf[b"op_stats"]
+        try:
+            items = list(table.items_lookup_batch())  # one system call (Linux 5.6+)
+        except Exception:
+            items = list(table.items())
+        rows = [(int(getattr(k, "value", k)), v.count, v.work_ns, v.wait_ns, v.max_work_ns,
+                 tuple(v.hist))
+                for k, v in items]
+        return np.array(rows, OP_STATS)
 
     def gate(self) -> tuple[int, bool]:
         """Token steps begun so far, and whether the op probes count as attached."""

@@ -73,4 +73,18 @@ NODE = np.dtype(
     ]
 )
 
+HIST_BUCKETS = 32
+
+OP_STATS = np.dtype(
+    [
+        ("node", "<u8"),
+        ("count", "<u8"),
+        ("work_ns", "<u8"),
+        ("wait_ns", "<u8"),
+        ("max_work_ns", "<u8"),
+        ("hist", "<u8", (HIST_BUCKETS,)),
+    ]
+)
+"""Per tensor, as --aggregate sums its op shares in BPF (probes/ggml.bpf.c struct op_stats)."""
+
 assert EVENT.itemsize == 56 and NODE.itemsize == 480

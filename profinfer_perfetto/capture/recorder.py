@@ -50,6 +50,8 @@ class Run:
     notes: list[str] = field(default_factory=list)
     recorder_cpu_s: float = 0.0
     """CPU time the recorder itself spent while capturing (draining the rings)."""
+    aggregate: bool = False
+    """Ops were summed in BPF (--aggregate): see Recording.op_stats, there are no op events."""
 
     @property
     def complete(self) -> bool:
@@ -61,6 +63,8 @@ class Recording:
     events: np.ndarray
     nodes: np.ndarray
     run: Run
+    op_stats: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    """With --aggregate: (time, OP_STATS rows so far) read at every drain."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ def record(
     text = program_text(probe_plan.ggml, list(request.counters), request.rings, selection)
     event_chunks: list[np.ndarray] = []
     node_chunks: list[np.ndarray] = []
+    op_stats: list[tuple[int, np.ndarray]] = []
     threads: dict[int, str] = {}
     with ProbeSession(text, list(request.counters), request.rings, traced_ops) as session, \
             _Stop() as stop:
@@ -202,6 +207,8 @@ def record(
                         threads[tid] = target.thread_name(pid, tid) or process_name
             if nodes.size:
                 node_chunks.append(nodes)
+            if selection.aggregate:
+                op_stats.append((boot_ns(), session.op_stats()))
 
         steering = threading.Event()
 
@@ -268,9 +275,11 @@ def record(
         status=status,
         notes=list(probe_plan.notes),
         recorder_cpu_s=round(recorder_cpu, 3),
+        aggregate=selection.aggregate,
     )
     return Recording(
         events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),
         nodes=np.concatenate(node_chunks) if node_chunks else np.empty(0, NODE),
         run=run,
+        op_stats=op_stats,
     )

@@ -14,6 +14,7 @@ from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, req
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
 
@@ -57,6 +58,21 @@ class RecordCommand:
               file=sys.stderr, flush=True)
 
 
+def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:
+    stats = op_stats(model)
+    rows = [["op", "role", "count", "total ms", "mean us", "p90 us <=", "max us", "wait"]]
+    for s in stats[:top]:
+        rows.append([s.op, s.role, str(s.count), f"{s.work_ns / 1e6:.2f}",
+                     f"{s.work_ns / max(s.count, 1) / 1e3:.1f}", f"{s.p90_ns / 1e3:.1f}",
+                     f"{s.max_work_ns / 1e3:.1f}",
+                     f"{s.wait_ns / max(s.work_ns + s.wait_ns, 1):.0%}"])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+    out = [f"  op statistics (--aggregate; {len(stats)} op kinds, top {min(top, len(stats))}):"]
+    out += ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows]
+    return out
+
+
 def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
     tok = model.tokens
     n_tokens = tok.arg0.astype(np.int64)
@@ -77,6 +93,8 @@ def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
         f"{(model.run.end_ns - model.run.begin_ns) / 1e9:.2f} s of capture",
     ]
     lines += [f"  note: {note}" for note in model.run.notes]
+    if model.run.aggregate:
+        lines += _aggregate_table(model)
     lines.append(f"wrote {output} ({size / 1024:.1f} KiB, {written} {unit}): "
                  "open it in https://ui.perfetto.dev")
     return "\n".join(lines)

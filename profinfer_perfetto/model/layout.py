@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from profinfer_perfetto import __version__
+from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.trace_model import TraceModel, token_phase
 from profinfer_perfetto.model.work import op_work, role
 
@@ -206,6 +207,7 @@ class _LayoutBuilder:
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
         self.tokens_per_second()
+        self.aggregate_counters()
         self.recording()
         cols, rank = self.rows.ordered()
         self.dag_flows(op_begin, rank)
@@ -303,6 +305,18 @@ class _LayoutBuilder:
         seconds = np.maximum(tok.end - tok.begin, 1)[done] / 1e9
         track = self.track(Track(2, TrackKind.COUNTER, "tokens/s", parent=1, unit="tokens/s"))
         self.rows.add(tok.end[done], EventType.COUNTER, track, value=n_tokens[done] / seconds)
+
+    def aggregate_counters(self) -> None:
+        """With --aggregate: each op type's summed work, a counter track in ms."""
+        for op, samples in sorted(op_type_series(self.model).items()):
+            track = self.track(Track(self._next_counter_uuid(), TrackKind.COUNTER,
+                                     f"{op} work ms", parent=1, unit="ms"))
+            ts, work = zip(*samples, strict=True)
+            self.rows.add(list(ts), EventType.COUNTER, track,
+                          value=np.array(work, np.float64) / 1e6)
+
+    def _next_counter_uuid(self) -> int:
+        return (3 << 32) | len(self.tracks)
 
     def recording(self) -> None:
         model = self.model

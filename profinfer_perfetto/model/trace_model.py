@@ -102,6 +102,8 @@ class TraceModel:
     edges: np.ndarray
     """(n, 2) node indices: producer, consumer."""
     event_count: int
+    op_stats: list[tuple[int, np.ndarray]]
+    """With --aggregate: the per-tensor statistics read during the capture."""
     dropped_ops: int
     """Op events outside any graph (a capture that began mid-graph)."""
 
@@ -291,6 +293,7 @@ def build(recording: Recording) -> TraceModel:
         ops=ops,
         edges=edges,
         event_count=len(recording.events),
+        op_stats=recording.op_stats,
         dropped_ops=dropped + int(np.count_nonzero(~known & traced)),
     )
 

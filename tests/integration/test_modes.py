@@ -67,3 +67,45 @@ def test_a_mode_records_what_full_tracing_records(
                         if k[0] in steps and (keep is None or keep(k[1], k[2]))})
     assert ops == expected
     assert "lost 0 events" in result.stdout
+
+
+def test_detach_records_a_chosen_step_whole(cli: Cli, llama: Callable[..., Path],
+                                            model: Callable[[str], Path], tmp_path: Path) -> None:
+    """--detach attaches the op probes only around step 60 of a 0.5 B model's generation."""
+    counts = []
+    for options in (["--tokens", "60:61"], ["--tokens", "60:61", "--detach"]):
+        out = tmp_path / "step.pftrace"
+        result = cli("record", "-o", out, *options, "--",
+                     *completion(llama, model("medium-llama"), 2, n=80))
+        assert result.returncode == 0, result.stderr
+        ops, _ = ops_by_step(out)
+        assert {step for step, _, _ in ops} == {60}
+        counts.append(ops)
+    assert counts[0] == counts[1]
+
+
+def test_aggregate_counts_what_full_tracing_records(
+    llama: Callable[..., Path], model: Callable[[str], Path]
+) -> None:
+    from profinfer_perfetto.capture.bpf import Selection
+    from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+    from profinfer_perfetto.model.aggregate import op_stats
+    from profinfer_perfetto.model.trace_model import build
+
+    cmd = completion(llama, model("tiny-llama"), 2, n=16)
+    full = build(record(RecordRequest(command=cmd), plan(RecordRequest(command=cmd))))
+    request = RecordRequest(command=cmd, selection=Selection(aggregate=True))
+    summed = build(record(request, plan(request)))
+    assert summed.event_count < full.event_count / 10  # token and graph events only
+    per_op: Counter[str] = Counter()
+    for node in full.ops.node.tolist():
+        per_op[full.op_label(node, -1)[0]] += 1  # a fused pair counts under its first op
+    stats = op_stats(summed)
+    counted: Counter[str] = Counter()
+    for s in stats:
+        counted[s.op] += s.count
+    # A worker's last share of the capture is never closed: one per worker thread.
+    assert sum(per_op.values()) - sum(counted.values()) in (0, 1)
+    assert all(abs(per_op[op] - n) <= 1 for op, n in counted.items())
+    assert set(counted) == set(per_op)
+    assert all(s.work_ns > 0 and s.p90_ns >= s.work_ns / s.count / 2 for s in stats)
