@@ -6,8 +6,9 @@ bench/results.md.
 query   seconds for `op_summary` on a 1 M-op trace, per engine available here. The trace is a
         real recording (medium-llama, 64 tokens, 2 threads) tiled in time to 1 M op slices,
         cached under $PROFINFER_CACHE/bench.
-check   the regression gate's false positives: the same generation recorded 8 times, every
-        later run checked against the first with the default rules.
+check   the regression gate's false positives: the same generation recorded 8 times, later
+        runs checked with the default rules against the first run, and against the first
+        three pooled as one baseline.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (5 pairs), for Gemma-3-270M and the medium random models at 1 and
         2 threads, full tracing and `--sample 32`: the median slowdown with a bootstrap interval,
@@ -100,13 +101,23 @@ def bench_query() -> dict[str, Any]:
     return results
 
 
-def bench_check_false_positives(runs: int = 8) -> dict[str, Any]:
-    """Record the same generation `runs` times; check every later run against the first."""
+def bench_check_false_positives(runs: int = 8, pooled: int = 3) -> dict[str, Any]:
+    """Record the same generation `runs` times; check later runs against the first run, and
+    against the first `pooled` runs as one baseline."""
     import subprocess
     import sys
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="profinfer-fp-"))
+    cli = [sys.executable, "-m", "profinfer_perfetto"]
+
+    def flagged(trace: Path, baseline: str) -> tuple[int, int]:
+        proc = subprocess.run([*cli, "check", str(trace), "--baseline", baseline, "--format",
+                               "json", "--engine", "builtin"], capture_output=True, text=True)
+        verdicts = json.loads(proc.stdout)["verdicts"]
+        return (sum(v["verdict"] == "regression" for v in verdicts),
+                sum(v["verdict"] in ("ok", "regression", "improvement") for v in verdicts))
+
     results: dict[str, Any] = {}
     for model, threads, tokens in (("tiny-llama", 1, 48), ("medium-llama", 2, 32)):
         cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
@@ -115,23 +126,20 @@ def bench_check_false_positives(runs: int = 8) -> dict[str, Any]:
         traces = []
         for i in range(runs):
             out = folder / f"{model}-{i}.pftrace"
-            subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                            str(out), "--", *cmd], check=True, capture_output=True)
+            subprocess.run([*cli, "record", "-o", str(out), "--", *cmd], check=True,
+                           capture_output=True)
             traces.append(out)
-        flagged_runs, flagged_keys, checked_keys = 0, 0, 0
-        for trace in traces[1:]:
-            proc = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "check",
-                                   str(trace), "--baseline", str(traces[0]), "--format", "json",
-                                   "--engine", "builtin"], capture_output=True, text=True)
-            verdicts = json.loads(proc.stdout)["verdicts"]
-            bad = [v for v in verdicts if v["verdict"] == "regression"]
-            flagged_runs += bool(bad)
-            flagged_keys += len(bad)
-            checked_keys += sum(v["verdict"] in ("ok", "regression", "improvement")
-                                for v in verdicts)
-        results[f"{model} t{threads}"] = {"checks": runs - 1, "flagged_runs": flagged_runs,
-                                          "flagged_keys": flagged_keys,
-                                          "decided_keys": checked_keys}
+        pool = folder / f"{model}-pooled.json"
+        subprocess.run([*cli, "query", str(folder / f"{model}-[0-{pooled - 1}].pftrace"),
+                        "--save-baseline", str(pool), "--engine", "builtin"], check=True,
+                       capture_output=True)
+        for name, baseline, candidates in (("1 run", str(traces[0]), traces[1:]),
+                                           (f"{pooled} runs", str(pool), traces[pooled:])):
+            counts = [flagged(t, baseline) for t in candidates]
+            results[f"{model} t{threads}, baseline {name}"] = {
+                "checks": len(counts), "flagged_runs": sum(bad > 0 for bad, _ in counts),
+                "flagged_keys": sum(bad for bad, _ in counts),
+                "decided_keys": sum(n for _, n in counts)}
     return results
 
 

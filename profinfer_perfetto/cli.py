@@ -11,10 +11,10 @@ import typer
 from profinfer_perfetto import __version__
 from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes, Selection, counter_config
 from profinfer_perfetto.capture.recorder import RecordRequest
-from profinfer_perfetto.check.baseline import from_trace
+from profinfer_perfetto.check.baseline import from_traces
 from profinfer_perfetto.commands import doctor
 from profinfer_perfetto.commands.check import CheckCommand
-from profinfer_perfetto.commands.query import QueryCommand
+from profinfer_perfetto.commands.query import QueryCommand, expand
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
@@ -121,13 +121,14 @@ def query(
     ] = "auto",
     trace_processor: TraceProcessorOption = None,
     save_baseline: Annotated[
-        Path | None, typer.Option(help="Also save the trace's samples as a baseline for check.")
+        Path | None,
+        typer.Option(help="Also save the traces' samples (each trace a run) as a baseline."),
     ] = None,
 ) -> None:
     """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
     _engine(engine)
     if save_baseline is not None:
-        from_trace(Path(trace), engine, trace_processor).save(save_baseline)
+        from_traces(expand(trace), engine, trace_processor).save(save_baseline)
         print(f"saved baseline {save_baseline}", file=sys.stderr)
         if not metrics and sql is None:
             return
@@ -137,9 +138,10 @@ def query(
 
 @app.command()
 def check(
-    trace: Annotated[Path, typer.Argument(help="The candidate trace.")],
+    trace: Annotated[str, typer.Argument(help="The candidate trace, or a quoted glob of runs.")],
     baseline: Annotated[
-        Path, typer.Option(help="A baseline (query --save-baseline) or a trace to compare with.")
+        str, typer.Option(help="A baseline (query --save-baseline), or traces (a glob) to "
+                          "compare with.")
     ],
     rules: Annotated[
         Path | None, typer.Option(help="Rules TOML (default rules otherwise).")

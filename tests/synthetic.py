@@ -102,9 +102,9 @@ LAYER_OPS = (  # (op, tensor role, mean ns)
 
 
 def decode_run(seed: int, steps: int = 40, layers: int = 6, slow: str | None = None,
-               factor: float = 1.10, noise: float = 0.08) -> Recording:
+               factor: float = 1.10, noise: float = 0.08, speed: float = 1.0) -> Recording:
     """One prefill and `steps` decode steps on two threads; `slow` ("MUL_MAT/Qcur") runs
-    `factor` times longer."""
+    `factor` times longer; every op takes `speed` times its usual time (a slower machine)."""
     rng = np.random.default_rng(seed)
     events: list[tuple[object, ...]] = []
     nodes: list[tuple[object, ...]] = []
@@ -117,7 +117,7 @@ def decode_run(seed: int, steps: int = 40, layers: int = 6, slow: str | None = N
         for layer in range(layers):
             for i, (op, role_name, mean) in enumerate(LAYER_OPS):
                 ptr = 0x10_000 + (layer * len(LAYER_OPS) + i) * 0x100
-                scale = (factor if slow == f"{op}/{role_name}" else 1.0) * n_tokens ** 0.5
+                scale = (factor if slow == f"{op}/{role_name}" else 1.0) * n_tokens ** 0.5 * speed
                 work = [int(mean * scale * rng.lognormal(0, noise)) for _ in (MAIN, WORKER)]
                 ts += 500
                 for tid, ith, w in zip((MAIN, WORKER), (0, 1), work, strict=True):

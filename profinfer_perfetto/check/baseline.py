@@ -1,9 +1,10 @@
-"""A baseline: the samples `check` compares, and what the trace was made from.
+"""A baseline: the samples `check` compares, and what the runs were made from.
 
 Samples are latency distributions in ns, keyed like `step/decode` (token-step latency) or
-`op/decode/MUL_MAT/ffn_gate` (op instance time, all layers). Each key also records its share of
-the phase's time, so rules can pick the ops that matter. Baselines are JSON; a trace given as
-a baseline is read into one on the fly.
+`op/decode/MUL_MAT/ffn_gate` (op instance time, all layers), kept per run (trace), so that a
+baseline of several runs knows how much runs differ. Each key also records its share of the
+phase's time, so rules can pick the ops that matter. Baselines are JSON; traces given as a
+baseline are read into one on the fly.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from profinfer_perfetto import __version__
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.session import TraceQuery
 
-FORMAT = "profinfer-perfetto baseline 1"
+FORMAT = "profinfer-perfetto baseline 2"
 MAX_SAMPLES = 20_000
 """Per key; a longer distribution is subsampled (seeded), which keeps its quantiles."""
 
@@ -28,7 +29,8 @@ MAX_SAMPLES = 20_000
 class Baseline:
     made_from: dict[str, str]
     """model, ggml build, threads, counters, tool version: what makes two runs comparable."""
-    samples: dict[str, list[int]]
+    samples: dict[str, list[list[int]]]
+    """Per key, one list of samples per run."""
     shares: dict[str, float] = field(default_factory=dict)
     """Each op key's share of its phase's token-step time."""
     format: str = FORMAT
@@ -39,13 +41,19 @@ class Baseline:
         except OSError as exc:
             raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
 
+    @property
+    def runs(self) -> int:
+        return max((len(r) for r in self.samples.values()), default=0)
+
     @staticmethod
-    def load(path: Path, engine: str = "auto", tp_bin: str | None = None) -> Baseline:
-        """A baseline file, or a trace to take one from."""
-        if not path.is_file():
-            raise ProfinferError(f"no baseline at {path}")
-        if path.suffix != ".json":
-            return from_trace(path, engine, tp_bin)
+    def load(paths: list[Path], engine: str = "auto", tp_bin: str | None = None) -> Baseline:
+        """A baseline file, or traces to take one from."""
+        for path in paths:
+            if not path.is_file():
+                raise ProfinferError(f"no baseline at {path}")
+        path = paths[0]
+        if len(paths) > 1 or path.suffix != ".json":
+            return from_traces(paths, engine, tp_bin)
         try:
             doc = json.loads(path.read_text())
             if doc.get("format") != FORMAT:
@@ -68,6 +76,19 @@ def _subsample(values: list[int]) -> list[int]:
         return values
     rng = np.random.default_rng(0)
     return sorted(rng.choice(values, MAX_SAMPLES, replace=False).tolist())
+
+
+def from_traces(traces: list[Path], engine: str = "auto", tp_bin: str | None = None
+                ) -> Baseline:
+    """Each trace a run; what they were made from is the first's."""
+    runs = [from_trace(t, engine, tp_bin) for t in traces]
+    samples: dict[str, list[list[int]]] = {}
+    for run in runs:
+        for key, per_run in run.samples.items():
+            samples.setdefault(key, []).extend(per_run)
+    shares = {k: sum(r.shares.get(k, 0.0) for r in runs) / len(runs)
+              for k in samples if k.startswith("op/")}
+    return Baseline(runs[0].made_from, samples, shares)
 
 
 def from_trace(trace: Path, engine: str = "auto", tp_bin: str | None = None) -> Baseline:
@@ -100,7 +121,7 @@ def from_trace(trace: Path, engine: str = "auto", tp_bin: str | None = None) -> 
         "counters": str(record.get("counters", "")),
         "tool": str(record.get("tool", f"profinfer-perfetto {__version__}")),
     }
-    return Baseline(made_from, {k: _subsample(v) for k, v in samples.items()}, shares)
+    return Baseline(made_from, {k: [_subsample(v)] for k, v in samples.items()}, shares)
 
 
 def describe(made_from: dict[str, Any]) -> str:

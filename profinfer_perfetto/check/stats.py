@@ -18,28 +18,39 @@ class Change:
     """The confidence interval of `change`."""
 
 
-def median_change(base: list[int], new: list[int], confidence: float = 0.95,
+def median_change(base: list[list[int]], new: list[list[int]], confidence: float = 0.95,
                   resamples: int = 2000, seed: int = 0) -> Change:
-    """Relative change of the median, with a percentile bootstrap interval.
+    """Relative change of the pooled median, with a percentile bootstrap interval.
 
-    Both samples are resampled with replacement `resamples` times; the interval is the
-    central `confidence` part of the resampled changes.
+    Each side is a list of runs, each run a list of samples. A resample draws runs with
+    replacement, then samples with replacement from what they pooled, so that with several
+    runs the interval also holds the run-to-run variation (with one, only the within-run
+    one). The interval is the central `confidence` part of the resampled changes.
     """
     rng = np.random.default_rng(seed)
-    a = np.asarray(base, dtype=np.float64)
-    b = np.asarray(new, dtype=np.float64)
-    base_median, new_median = float(np.median(a)), float(np.median(b))
 
-    def medians(x: np.ndarray) -> np.ndarray:
-        # Resample in chunks so that memory stays small for long distributions.
+    def medians(runs: list[list[int]]) -> np.ndarray:
+        arrays = [np.asarray(r, dtype=np.float64) for r in runs if r]
+        if len(arrays) == 1:
+            # One run: resample in chunks so that memory stays small for long runs.
+            x = arrays[0]
+            out = np.empty(resamples)
+            chunk = max(1, 2_000_000 // len(x))
+            for start in range(0, resamples, chunk):
+                n = min(chunk, resamples - start)
+                out[start:start + n] = np.median(x[rng.integers(0, len(x), (n, len(x)))],
+                                                 axis=1)
+            return out
+        picks = rng.integers(0, len(arrays), (resamples, len(arrays)))
         out = np.empty(resamples)
-        chunk = max(1, 2_000_000 // len(x))
-        for start in range(0, resamples, chunk):
-            n = min(chunk, resamples - start)
-            out[start:start + n] = np.median(x[rng.integers(0, len(x), (n, len(x)))], axis=1)
+        for i, pick in enumerate(picks):
+            pooled = np.concatenate([arrays[j] for j in pick])
+            out[i] = np.median(pooled[rng.integers(0, len(pooled), len(pooled))])
         return out
 
-    ratios = medians(b) / np.maximum(medians(a), 1e-9) - 1
+    base_median = float(np.median(np.concatenate([np.asarray(r, float) for r in base])))
+    new_median = float(np.median(np.concatenate([np.asarray(r, float) for r in new])))
+    ratios = medians(new) / np.maximum(medians(base), 1e-9) - 1
     tail = (1 - confidence) / 2
     low, high = np.quantile(ratios, [tail, 1 - tail])
     return Change(base_median, new_median, new_median / max(base_median, 1e-9) - 1,

@@ -79,19 +79,24 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     if base.made_from.get("tool") != new.made_from.get("tool"):
         result.warnings.append(f"baseline made by {base.made_from.get('tool')}, candidate by "
                                f"{new.made_from.get('tool')}")
+    if base.runs == 1:
+        result.warnings.append(
+            "the baseline is one run: the interval knows within-run noise only; a baseline of "
+            "several runs (query 'runs/*.pftrace' --save-baseline) also knows how runs differ")
     confidence = f"{settings.confidence:.0%}"
     for rule in rules:
         for key in _watched(rule, base):
             a, b = base.samples[key], new.samples.get(key, [])
-            if not b:
-                result.verdicts.append(Verdict(rule, key, MISSING, len(a), 0,
+            base_n, new_n = sum(map(len, a)), sum(map(len, b))
+            if not new_n:
+                result.verdicts.append(Verdict(rule, key, MISSING, base_n, 0,
                                                confidence=confidence))
-            elif min(len(a), len(b)) < settings.min_samples:
-                result.verdicts.append(Verdict(rule, key, UNDECIDED, len(a), len(b),
+            elif min(base_n, new_n) < settings.min_samples:
+                result.verdicts.append(Verdict(rule, key, UNDECIDED, base_n, new_n,
                                                confidence=confidence))
             else:
                 change = median_change(a, b, settings.confidence, settings.resamples)
-                result.verdicts.append(Verdict(rule, key, _judge(rule, change), len(a), len(b),
+                result.verdicts.append(Verdict(rule, key, _judge(rule, change), base_n, new_n,
                                                change, confidence=confidence))
     if not result.verdicts:
         result.warnings.append(

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profinfer_perfetto.check import report
-from profinfer_perfetto.check.baseline import Baseline, from_trace
+from profinfer_perfetto.check.baseline import Baseline, from_traces
 from profinfer_perfetto.check.rules import load_rules
 from profinfer_perfetto.check.verdict import compare
+from profinfer_perfetto.commands.query import expand
 from profinfer_perfetto.errors import ProfinferError
 
 EXIT_PASS = 0
@@ -18,8 +19,8 @@ EXIT_REGRESSION = 1
 
 @dataclass
 class CheckCommand:
-    trace: Path
-    baseline: Path
+    trace: str
+    baseline: str
     rules: Path | None = None
     output_format: str = "table"
     junit: Path | None = None
@@ -31,10 +32,12 @@ class CheckCommand:
         if self.output_format not in ("table", "json"):
             raise ProfinferError(f"unknown format {self.output_format!r} (known: table, json)")
         rules, settings = load_rules(self.rules)
-        base = Baseline.load(self.baseline, self.engine, self.tp_bin)
-        if not self.trace.is_file():
-            raise ProfinferError(f"no trace at {self.trace}")
-        new = from_trace(self.trace, self.engine, self.tp_bin)
+        base = Baseline.load(expand(self.baseline), self.engine, self.tp_bin)
+        traces = expand(self.trace)
+        for trace in traces:
+            if not trace.is_file():
+                raise ProfinferError(f"no trace at {trace}")
+        new = from_traces(traces, self.engine, self.tp_bin)
         if not set(base.samples) & set(new.samples):
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")

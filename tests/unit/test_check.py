@@ -112,8 +112,8 @@ def test_bad_input(cli: Cli, runs: dict[str, Path], tmp_path: Path, setup: str,
     if setup == "malformed":
         baseline.write_text('{"samples": 3}')
     elif setup == "disjoint":
-        baseline.write_text(json.dumps({"format": "profinfer-perfetto baseline 1",
-                                        "made_from": {}, "samples": {"op/x/y/z": [1, 2]}}))
+        baseline.write_text(json.dumps({"format": "profinfer-perfetto baseline 2",
+                                        "made_from": {}, "samples": {"op/x/y/z": [[1, 2]]}}))
     elif setup in ("bad_rules", "unknown_rule_key"):
         cli("query", runs["base"], "--save-baseline", baseline, *B)
         rules = tmp_path / "rules.toml"
@@ -130,7 +130,27 @@ def test_median_change_interval() -> None:
     rng = np.random.default_rng(7)
     base = rng.normal(100, 5, 400).astype(int).tolist()
     slower = (np.array(base) * 1.2).astype(int).tolist()
-    change = median_change(base, slower)
+    change = median_change([base], [slower])
     assert change.low < 0.2 < change.high + 0.01 and change.low > 0.15
-    same = median_change(base, rng.normal(100, 5, 400).astype(int).tolist())
+    same = median_change([base], [rng.normal(100, 5, 400).astype(int).tolist()])
     assert same.low <= 0 <= same.high
+
+
+def test_a_baseline_of_several_runs_knows_how_runs_differ(cli: Cli, tmp_path: Path) -> None:
+    """Runs that differ as a whole by up to 15 %: one run as baseline flags a 12 % slower
+    candidate; three runs pooled know that spread and do not."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for seed, speed in ((11, 1.0), (12, 1.15), (13, 0.95)):
+        trace(runs, f"run{seed}", seed=seed, speed=speed)
+    candidate = trace(tmp_path, "candidate", seed=14, speed=1.12)
+    single = cli("check", candidate, "--baseline", runs / "run11.pftrace", *B)
+    assert single.returncode == 1 and "the baseline is one run" in single.stdout
+    pooled_file = tmp_path / "pooled.json"
+    saved = cli("query", f"{runs}/*.pftrace", "--save-baseline", pooled_file, *B)
+    assert saved.returncode == 0, saved.stderr
+    assert [len(r) for r in json.loads(pooled_file.read_text())["samples"]["step/decode"]] \
+        == [40, 40, 40]
+    pooled = cli("check", candidate, "--baseline", pooled_file, *B)
+    assert pooled.returncode == 0, pooled.stdout
+    assert "the baseline is one run" not in pooled.stdout
