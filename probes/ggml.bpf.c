@@ -7,7 +7,7 @@
 // numpy array (profinfer_perfetto/capture/ringbuf.py and events.py mirror these structs).
 //
 // Defined by profinfer_perfetto/capture/bpf.py before this text:
-//   T_TYPE T_NE T_OP T_FLAGS T_SRC T_VIEW_SRC T_NAME T_SIZE  offsets in struct ggml_tensor
+//   T_TYPE T_NE T_OP T_FLAGS T_SRC T_VIEW_SRC T_DATA T_NAME T_SIZE  offsets in ggml_tensor
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
 //   N_SRC            sources described per node (<= GGML_MAX_SRC)
@@ -18,6 +18,8 @@
 //                    (inclusive) to LAST_STEP (exclusive, 0 = no end), every SAMPLE_EVERY-th
 //   OP_FILTER        1: only ops whose op id is set in `op_traced`, or whose tensor name starts
 //                    with NAME_PREFIX (NAME_PREFIX_LEN bytes, 0 = no name pattern)
+//   REFRESH_EVERY    a node is described again only when its bytes changed, or at every
+//                    REFRESH_EVERY-th use (its sources' shapes are not in its own bytes)
 //   AGGREGATE        1: no op events; each thread's share of a node is summed into `op_stats`
 //                    (count, work, barrier wait, max, log2 histogram of work) keyed by tensor,
 //                    and a node is described once
@@ -81,7 +83,12 @@ struct tensor_bytes {
 BPF_RINGBUF_OUTPUT(events, EVENT_PAGES);
 BPF_RINGBUF_OUTPUT(nodes, NODE_PAGES);
 BPF_PERCPU_ARRAY(lost, u64, 2);
-BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 1);
+BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 2);  // [0] the node, [1] one of its sources
+struct seen {
+    u64 signature; // of the tensor's bytes when it was last described
+    u64 uses;
+};
+BPF_HASH(described_as, u64, struct seen, 65536);
 #if GATED
 struct gate {
     u64 step;      // token steps begun so far
@@ -106,6 +113,7 @@ struct op_stats {      // per tensor, over threads and steps
 };
 BPF_HASH(current_op, u32, struct op_share, 4096);
 BPF_HASH(op_stats, u64, struct op_stats, 65536);
+BPF_PERCPU_ARRAY(no_stats, struct op_stats, 1);
 BPF_HASH(described, u64, u8, 65536);
 BPF_ARRAY(last_graph_end, u64, 1);
 
@@ -122,8 +130,10 @@ static __always_inline void close_share(u32 tid, u64 now) {
     if (graph_end && *graph_end > work_end && *graph_end < end)
         end = *graph_end;
     u64 work = work_end - cur->begin;
-    struct op_stats fresh = {};
-    struct op_stats *s = op_stats.lookup_or_try_init(&cur->node, &fresh);
+    struct op_stats *fresh = no_stats.lookup(&zero);  // zeros, kept off the small BPF stack
+    if (!fresh)
+        return;
+    struct op_stats *s = op_stats.lookup_or_try_init(&cur->node, fresh);
     if (s) {
         __sync_fetch_and_add(&s->count, 1);
         __sync_fetch_and_add(&s->work_ns, work);
@@ -222,15 +232,40 @@ static __always_inline int op_kept(const void *tensor) {
 }
 #endif
 
-// Copy one tensor's descriptor into the nodes ring (counted as lost when it is full).
+// FNV-1a over the tensor's bytes up to its data pointer, and its name.
+static __always_inline u64 signature(const u8 *b) {
+    u64 h = 14695981039346656037ULL;
+    const u64 *words = (const u64 *)b;
+#pragma unroll
+    for (int i = 0; i < T_DATA / 8; i++)
+        h = (h ^ words[i]) * 1099511628211ULL;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        h = (h ^ words[T_NAME / 8 + i]) * 1099511628211ULL;
+    return h;
+}
+
+// Copy one tensor's descriptor into the nodes ring (counted as lost when it is full),
+// unless the last one sent for it still holds (graphs are reused from token to token).
 static __always_inline void describe(u64 ts, const void *tensor) {
     int zero = 0;
     struct tensor_bytes *t = scratch.lookup(&zero);
     if (!t)
         return;
+    if (bpf_probe_read_user(t->b, T_SIZE, tensor) != 0) {
+        __builtin_memset(t->b, 0, T_SIZE);
+    }
+    u64 key = (u64)tensor;
+    u64 sig = signature(t->b);
+    struct seen *seen = described_as.lookup(&key);
+    if (seen && seen->signature == sig && ++seen->uses % REFRESH_EVERY != 0)
+        return;
+    struct seen fresh = {.signature = sig, .uses = 0};
+    described_as.update(&key, &fresh);
     struct node *n = nodes.ringbuf_reserve(sizeof(struct node));
     if (!n) {
         count_lost(LOST_NODES);
+        described_as.delete(&key);
         return;
     }
     u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -238,9 +273,6 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     n->ptr = (u64)tensor;
     n->pid = pid_tgid >> 32;
     n->tid = (u32)pid_tgid;
-    if (bpf_probe_read_user(t->b, T_SIZE, tensor) != 0) {
-        __builtin_memset(t->b, 0, T_SIZE);
-    }
     __builtin_memcpy(&n->type, t->b + T_TYPE, 4);
     __builtin_memcpy(n->ne, t->b + T_NE, 32);
     __builtin_memcpy(&n->op, t->b + T_OP, 4);
@@ -248,24 +280,28 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     __builtin_memcpy(&n->flags, t->b + T_FLAGS, 4);
     __builtin_memcpy(&n->view_src, t->b + T_VIEW_SRC, 8);
     __builtin_memcpy(n->name, t->b + T_NAME, 64);
-    u64 srcs[N_SRC];
-    __builtin_memcpy(srcs, t->b + T_SRC, sizeof(srcs));
+    int one = 1;
+    struct tensor_bytes *sb = scratch.lookup(&one);
+    if (!sb) {
+        nodes.ringbuf_discard(n, BPF_RB_NO_WAKEUP);
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < N_SRC; i++) {
         struct src *s = &n->src[i];
-        s->ptr = srcs[i];
+        __builtin_memcpy(&s->ptr, t->b + T_SRC + i * 8, 8);
         s->view_src = 0;
         s->type = 0;
         s->op = 0;
         __builtin_memset(s->ne, 0, 32);
-        if (!srcs[i])
+        if (!s->ptr)
             continue;
-        if (bpf_probe_read_user(t->b, T_VIEW_SRC + 8, (void *)srcs[i]) != 0)
+        if (bpf_probe_read_user(sb->b, T_VIEW_SRC + 8, (void *)s->ptr) != 0)
             continue;
-        __builtin_memcpy(&s->type, t->b + T_TYPE, 4);
-        __builtin_memcpy(s->ne, t->b + T_NE, 32);
-        __builtin_memcpy(&s->op, t->b + T_OP, 4);
-        __builtin_memcpy(&s->view_src, t->b + T_VIEW_SRC, 8);
+        __builtin_memcpy(&s->type, sb->b + T_TYPE, 4);
+        __builtin_memcpy(s->ne, sb->b + T_NE, 32);
+        __builtin_memcpy(&s->op, sb->b + T_OP, 4);
+        __builtin_memcpy(&s->view_src, sb->b + T_VIEW_SRC, 8);
     }
     nodes.ringbuf_submit(n, BPF_RB_NO_WAKEUP);
 }
@@ -313,9 +349,13 @@ static __always_inline int begin_op(const void *params, const void *first, const
     u64 ts = e->ts;
     submit(e);
     if (ith_nth[0] == 0) {
-        describe(ts, first);
-        if (second)
-            describe(ts, second);
+        // One copy of describe() for both tensors of a fused pair: two would not fit the stack.
+        const void *tensors[2] = {first, second};
+#pragma nounroll
+        for (int k = 0; k < 2; k++) {
+            if (tensors[k])
+                describe(ts, tensors[k]);
+        }
     }
     return 0;
 }

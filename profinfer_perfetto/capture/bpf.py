@@ -51,6 +51,8 @@ HARDWARE_COUNTERS = {
 _PERF_TYPE_HARDWARE = 0
 _PERF_TYPE_SOFTWARE = 1
 MAX_COUNTERS = 2
+REFRESH_EVERY = 32
+"""A node whose own bytes did not change is described again at every 32nd use."""
 _PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 
 
@@ -143,6 +145,8 @@ def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
         "T_FLAGS": layout.flags,
         "T_SRC": layout.src,
         "T_VIEW_SRC": layout.view_src,
+        "T_DATA": layout.data,
+        "REFRESH_EVERY": REFRESH_EVERY,
         "T_NAME": layout.name,
         "T_SIZE": layout.size,
         "CGRAPH_N_NODES": runtime.cgraph_n_nodes,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profinfer_perfetto.capture.events import HIST_BUCKETS
-from profinfer_perfetto.model.trace_model import TraceModel
+from profinfer_perfetto.model.trace_model import TraceModel, tensor_name
 from profinfer_perfetto.model.work import role
 
 
@@ -29,10 +29,13 @@ class OpStat:
 
 def _labels(model: TraceModel) -> dict[int, tuple[str, str]]:
     labels: dict[int, tuple[str, str]] = {}
-    for i, ptr in enumerate(model.nodes.raw["ptr"].tolist()):
+    ggml = model.run.ggml
+    for rec in model.descriptors:
+        ptr = int(rec["ptr"])
         if ptr not in labels:
-            op, tensor = model.op_label(i, -1)
-            labels[ptr] = (op, role(tensor, op))
+            op = (ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
+                  or ggml.op_name(int(rec["op"])))
+            labels[ptr] = (op, role(tensor_name(bytes(rec["name"])), op))
     return labels
 
 

@@ -104,6 +104,8 @@ class TraceModel:
     event_count: int
     op_stats: list[tuple[int, np.ndarray]]
     """With --aggregate: the per-tensor statistics read during the capture."""
+    descriptors: np.ndarray
+    """Every node descriptor the probes sent (NODE records), in arrival order."""
     dropped_ops: int
     """Op events outside any graph (a capture that began mid-graph)."""
 
@@ -153,6 +155,29 @@ def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
         aux=b["aux"][order],
         complete=closed_b[order],
     )
+
+
+def _last_descriptor(descriptors: np.ndarray, ptrs: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each (tensor, time), the index of the last descriptor of that tensor sent at or
+    before that time; -1 for none."""
+    if len(descriptors) == 0 or len(ptrs) == 0:
+        return np.full(len(ptrs), -1, np.int64)
+    order = np.lexsort((descriptors["ts"], descriptors["ptr"]))
+    d_ptr, d_ts = descriptors["ptr"][order], descriptors["ts"][order].astype(np.int64)
+    tensors, group = np.unique(d_ptr, return_inverse=True)
+    which = np.searchsorted(tensors, ptrs)
+    found = (which < len(tensors)) & (tensors[np.minimum(which, len(tensors) - 1)] == ptrs)
+    # One sorted key for all: time within the tensor's own range of the number line.
+    origin = int(min(d_ts.min(), at.min()))
+    span = int(max(d_ts.max(), at.max())) - origin + 1
+    if span * len(tensors) >= 1 << 62:
+        raise ValueError("recording too long to index its node descriptors")
+    key = (d_ts - origin) + group.reshape(-1).astype(np.int64) * span
+    query = (at.astype(np.int64) - origin) + np.minimum(which, len(tensors) - 1) * span
+    pos = np.searchsorted(key, query, side="right") - 1
+    same = (pos >= 0) & (group.reshape(-1)[np.maximum(pos, 0)] == np.minimum(which,
+                                                                             len(tensors) - 1))
+    return np.where(found & same, order[np.maximum(pos, 0)], -1)
 
 
 def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
@@ -207,9 +232,21 @@ def build(recording: Recording) -> TraceModel:
     tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, recording.run.end_ns)
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, recording.run.end_ns)
 
-    raw = recording.nodes[np.argsort(recording.nodes["ts"], kind="stable")]
-    node_graph = graphs.containing(raw["ts"])
-    raw, node_graph = raw[node_graph >= 0], node_graph[node_graph >= 0]
+    # A graph's nodes, in the order its calling thread (ith 0) ran them, each with the last
+    # descriptor sent for its tensor (the probes describe a tensor again only when it changed).
+    executed = events[(events["kind"] == Kind.OP_BEGIN) & (events["ith"] == 0)]
+    executed = executed[np.argsort(executed["ts"], kind="stable")]
+    second = executed["arg1"] != 0
+    ptrs = np.stack([executed["arg0"], np.where(second, executed["arg1"], 0)], 1).reshape(-1)
+    at = np.repeat(executed["ts"], 2)
+    keep = ptrs != 0
+    ptrs, at = ptrs[keep], at[keep]
+    described = _last_descriptor(recording.nodes, ptrs, at)
+    node_graph = graphs.containing(at)
+    ok = (described >= 0) & (node_graph >= 0)
+    raw = recording.nodes[described[ok]].copy()
+    raw["ts"] = at[ok]
+    node_graph = node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     names = [tensor_name(n) for n in raw["name"].tolist()]
     nodes = Nodes(
@@ -294,6 +331,7 @@ def build(recording: Recording) -> TraceModel:
         edges=edges,
         event_count=len(recording.events),
         op_stats=recording.op_stats,
+        descriptors=recording.nodes,
         dropped_ops=dropped + int(np.count_nonzero(~known & traced)),
     )
 
