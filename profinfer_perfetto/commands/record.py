@@ -85,8 +85,10 @@ def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
         f"recorded {model.run.process_name} (pid {model.run.pid}): {model.run.status}",
         f"  token steps {len(tok)}" + (f" ({by_phase}; {int(n_tokens[n_tokens > 0].sum())} "
                                         "tokens)" if len(tok) else ""),
-        f"  graphs {len(model.graphs)}, ops {len(model.ops)} on {threads} threads, "
-        f"DAG edges {len(model.edges)}",
+        f"  graphs {len(model.graphs)}, "
+        + ("ops summed in BPF (--aggregate)" if model.run.aggregate
+           else f"ops {len(model.ops)} on {threads} threads")
+        + f", DAG edges {len(model.edges)}",
         f"  events {model.event_count}, lost {model.run.lost_events} events and "
         f"{model.run.lost_nodes} node descriptors, {model.dropped_ops} ops outside graphs",
         f"  recorder CPU {model.run.recorder_cpu_s:.2f} s over "
