@@ -7,7 +7,8 @@ that state. Timestamps are CLOCK_BOOTTIME nanoseconds, Perfetto's default clock.
 
 from __future__ import annotations
 
-from typing import IO
+import struct
+from typing import IO, Any
 
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
@@ -113,6 +114,11 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
         packets += 1
 
     uuids = [t.uuid for t in layout.tracks]
+    track_bytes = [_TRACK_UUID + _varint(u) for u in uuids]
+    extra_track_bytes = [_EXTRA_TRACK + _varint(u) for u in uuids]
+    arg_blobs = [b"".join(_field(_ANNOTATION, a.SerializeToString()) for a in annotations)
+                 for annotations in annotation_sets]
+    delta_tags = [_ANNOTATION_NAME + _varint(n) for n in delta_names]
     rows = zip(
         layout.ts.tolist(),
         layout.type.tolist(),
@@ -125,32 +131,79 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
         layout.counter_delta.tolist(),
         strict=True,
     )
+    chunk: list[bytes] = []
     for row, (ts, typ, track, name, args, value, counter_tracks, counter_values,
               deltas) in enumerate(rows):
-        packet = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQUENCE_ID,
-                                sequence_flags=_NEEDS)
-        event = packet.track_event
-        event.type = typ
-        event.track_uuid = uuids[track]
+        parts = [_TYPES[typ], track_bytes[track]]
         if name >= 0:
-            event.name_iid = name + 1
+            parts.append(_NAME_IID + _varint(name + 1))
         if args >= 0:
-            event.debug_annotations.extend(annotation_sets[args])
-        for delta_name, delta in zip(delta_names, deltas, strict=True):
+            parts.append(arg_blobs[args])
+        for tag, delta in zip(delta_tags, deltas, strict=True):
             if delta >= 0:
-                event.debug_annotations.add(name_iid=delta_name, int_value=delta)
+                parts.append(_field(_ANNOTATION, tag + _INT_VALUE + _varint(delta)))
         if typ == EventType.COUNTER:
-            event.double_counter_value = value
-        flows = layout.flows_out.get(row)
-        if flows:
-            event.flow_ids.extend(flows)
-        flows = layout.flows_in.get(row)
-        if flows:
-            event.terminating_flow_ids.extend(flows)
+            parts.append(_DOUBLE_COUNTER + struct.pack("<d", value))
+        for flow in layout.flows_out.get(row, ()):
+            parts.append(_FLOW_ID + struct.pack("<Q", flow))
+        for flow in layout.flows_in.get(row, ()):
+            parts.append(_TERMINATING_FLOW_ID + struct.pack("<Q", flow))
         for counter_track, counter_value in zip(counter_tracks, counter_values, strict=True):
             if counter_track >= 0:
-                event.extra_counter_track_uuids.append(uuids[counter_track])
-                event.extra_counter_values.append(counter_value)
-        _write(out, packet)
-        packets += 1
-    return packets
+                parts.append(extra_track_bytes[counter_track])
+                parts.append(_EXTRA_VALUE + _varint(counter_value))
+        event = b"".join(parts)
+        chunk.append(_field(_PACKET, b"".join(
+            (_TIMESTAMP, _varint(ts), _EVENT_SEQUENCE, _field(_TRACK_EVENT, event)))))
+        if len(chunk) == 8192:
+            out.write(b"".join(chunk))
+            chunk.clear()
+    out.write(b"".join(chunk))
+    return packets + len(layout)
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL[n] if n >= 0 else _varint(n + (1 << 64))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, body: bytes) -> bytes:
+    """A length-delimited field."""
+    return tag + _varint(len(body)) + body
+
+
+_SMALL = [bytes([i]) for i in range(0x80)]
+
+
+def _tag(message: Any, name: str) -> bytes:
+    """The wire tag of a field, from our schema (protos/profinfer_trace.proto)."""
+    f = message.DESCRIPTOR.fields_by_name[name]
+    wire = {f.TYPE_DOUBLE: 1, f.TYPE_FIXED64: 1, f.TYPE_MESSAGE: 2, f.TYPE_STRING: 2,
+            f.TYPE_BYTES: 2}.get(f.type, 0)
+    return _varint(f.number << 3 | wire)
+
+
+# Events are written field by field with the tags of our schema, without a message object
+# per event; the first packet and the track descriptors go through the generated classes.
+_PACKET = _tag(pb.Trace, "packet")
+_TIMESTAMP = _tag(pb.TracePacket, "timestamp")
+_TRACK_EVENT = _tag(pb.TracePacket, "track_event")
+_EVENT_SEQUENCE = (_tag(pb.TracePacket, "trusted_packet_sequence_id") + _varint(SEQUENCE_ID)
+                   + _tag(pb.TracePacket, "sequence_flags") + _varint(_NEEDS))
+_TYPES = {t: _tag(pb.TrackEvent, "type") + _varint(t) for t in EventType}
+_TRACK_UUID = _tag(pb.TrackEvent, "track_uuid")
+_NAME_IID = _tag(pb.TrackEvent, "name_iid")
+_ANNOTATION = _tag(pb.TrackEvent, "debug_annotations")
+_ANNOTATION_NAME = _tag(pb.DebugAnnotation, "name_iid")
+_INT_VALUE = _tag(pb.DebugAnnotation, "int_value")
+_DOUBLE_COUNTER = _tag(pb.TrackEvent, "double_counter_value")
+_FLOW_ID = _tag(pb.TrackEvent, "flow_ids")
+_TERMINATING_FLOW_ID = _tag(pb.TrackEvent, "terminating_flow_ids")
+_EXTRA_TRACK = _tag(pb.TrackEvent, "extra_counter_track_uuids")
+_EXTRA_VALUE = _tag(pb.TrackEvent, "extra_counter_values")

@@ -183,6 +183,7 @@ class _LayoutBuilder:
         self.model = model
         self.strings = _Strings()
         self.arg_sets: list[Args] = []
+        self._arg_ids: dict[Args, int] = {}
         self.rows = _Rows()
         self.tracks = [Track(1, TrackKind.PROCESS, model.run.process_name)]
         self.flows_out: dict[int, list[int]] = {}
@@ -193,8 +194,12 @@ class _LayoutBuilder:
         return len(self.tracks) - 1
 
     def arg_set(self, args: Args) -> int:
-        self.arg_sets.append(args)
-        return len(self.arg_sets) - 1
+        """The id of a set of args; equal sets (a node in graph after graph) share one."""
+        found = self._arg_ids.get(args)
+        if found is None:
+            found = self._arg_ids[args] = len(self.arg_sets)
+            self.arg_sets.append(args)
+        return found
 
     def build(self) -> Layout:
         model = self.model
