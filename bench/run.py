@@ -123,10 +123,13 @@ def bench_check_false_positives(runs: int = 8, pooled: int = 3) -> dict[str, Any
         cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
                "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads),
                "-no-cnv", "--no-warmup", "-s", "1"]
+        # Pinned: this VM's two vCPUs differ by ~25 % in speed; single-threaded runs that
+        # land on different ones differ by that much, which is no false alarm.
+        pin = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] if threads == 1 else []
         traces = []
         for i in range(runs):
             out = folder / f"{model}-{i}.pftrace"
-            subprocess.run([*cli, "record", "-o", str(out), "--", *cmd], check=True,
+            subprocess.run([*pin, *cli, "record", "-o", str(out), "--", *cmd], check=True,
                            capture_output=True)
             traces.append(out)
         pool = folder / f"{model}-pooled.json"

@@ -15,10 +15,13 @@ from scripts import assets
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def run_cli(*args: str | Path, timeout: float = 300, user: str | None = None
-            ) -> subprocess.CompletedProcess[str]:
-    """`profinfer-perfetto ARGS` in a subprocess, as an end user runs it."""
+def run_cli(*args: str | Path, timeout: float = 300, user: str | None = None,
+            cpu: int | None = None) -> subprocess.CompletedProcess[str]:
+    """`profinfer-perfetto ARGS` in a subprocess, as an end user runs it (pinned to `cpu`, with
+    what it launches, when given)."""
     cmd = [sys.executable, "-m", "profinfer_perfetto", *map(str, args)]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
