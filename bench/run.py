@@ -11,8 +11,8 @@ check   the regression gate's false positives: the same generation recorded 8 ti
         three pooled as one baseline.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (5 pairs), for Gemma-3-270M and the medium random models at 1 and
-        2 threads, full tracing and `--sample 32`: the median slowdown with a bootstrap interval,
-        and the recorder's own CPU.
+        2 threads (1-thread runs pinned to one CPU), full tracing and `--sample 32`: the median
+        slowdown with a bootstrap interval, and the recorder's own CPU.
 capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the default ring
         size, and the same run with tiny rings, where events are lost and counted.
 encoding  packets/s and bytes per op writing a real recording's trace, against a naive writer
@@ -156,6 +156,8 @@ def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str
     if record is not None:
         cmd = [sys.executable, "-m", "profinfer_perfetto", "record", "-o",
                str(CACHE / "overhead.pftrace"), *record, "--", *cmd]
+    if threads == 1:  # one vCPU for every run: this VM's two differ by ~25 % in speed
+        cmd = ["taskset", "-c", str(max(os.sched_getaffinity(0))), *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     doc, _, summary = out.partition("\nrecorded ")
     result = {("pp" if t["n_prompt"] else "tg"): float(t["avg_ts"]) for t in json.loads(doc)}
