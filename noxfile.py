@@ -19,7 +19,8 @@ PACKAGE = "profinfer_perfetto"
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff on everything, mypy --strict on the package."""
-    session.run(sys.executable, "-m", "ruff", "check", PACKAGE, "tests", "scripts", "noxfile.py")
+    session.run(sys.executable, "-m", "ruff", "check", PACKAGE, "tests", "scripts", "bench",
+                "noxfile.py")
     session.run(sys.executable, "-m", "mypy", "--strict", PACKAGE)
 
 
