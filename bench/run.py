@@ -11,8 +11,8 @@ check   the regression gate's false positives: the same generation recorded 8 ti
         three pooled as one baseline.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (5 pairs), for Gemma-3-270M and the medium random models at 1 and
-        2 threads (1-thread runs pinned to one CPU), full tracing and `--sample 32`: the median
-        slowdown with a bootstrap interval, and the recorder's own CPU.
+        2 threads (1-thread runs pinned to one CPU), full tracing, `--no-barriers` and
+        `--sample 32`: the median slowdown with a bootstrap interval, and the recorder's CPU.
 capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the default ring
         size, and the same run with tiny rings, where events are lost and counted.
 encoding  packets/s and bytes per op writing a real recording's trace, against a naive writer
@@ -181,7 +181,7 @@ def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]
 
 def bench_overhead(pairs: int = 5) -> dict[str, Any]:
     CACHE.mkdir(parents=True, exist_ok=True)
-    modes = {"full": [], "sample 32": ["--sample", "32"]}
+    modes = {"full": [], "no barriers": ["--no-barriers"], "sample 32": ["--sample", "32"]}
     results: dict[str, Any] = {}
     for model in ("gemma-3-270m", "medium-llama", "medium-qwen3moe"):
         for threads in (1, 2):

@@ -78,6 +78,11 @@ def record(
         typer.Option("--aggregate", help="Sum ops into per-op statistics in BPF (counts, time "
                      "histograms): a summary and counter tracks, no op events."),
     ] = False,
+    barriers: Annotated[
+        bool,
+        typer.Option("--barriers/--no-barriers", help="Probe the barrier calls that end each "
+                     "thread's share of an op (without: one trap per op, waits not separated)."),
+    ] = True,
     detach: Annotated[
         bool,
         typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
@@ -101,7 +106,7 @@ def record(
         counters=tuple(counters),
         libs=tuple(lib or ()),
         rings=RingSizes(ring_pages, ring_pages),
-        selection=Selection.parse(tokens, sample, ops, detach, aggregate),
+        selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
 

@@ -74,6 +74,9 @@ class Selection:
     name_prefix: str = ""
     aggregate: bool = False
     """Sum op shares into per-tensor statistics in BPF instead of sending op events."""
+    barriers: bool = True
+    """Probe the barrier calls that end each thread's share; without, an op lasts until the
+    thread's next op (wait included) and each op costs one trap instead of about two."""
     detach: bool = False
     """Attach the op probes only around the chosen steps (their traps then cost the other steps
     nothing); removing them takes the kernel about a second, so this suits sampling periods of
@@ -99,7 +102,7 @@ class Selection:
 
     @staticmethod
     def parse(tokens: str | None, sample: int, ops: str | None, detach: bool = False,
-              aggregate: bool = False) -> Selection:
+              aggregate: bool = False, barriers: bool = True) -> Selection:
         """From --tokens A:B, --sample N and --ops MUL_MAT,ffn_*."""
         first = last = 0
         if tokens:
@@ -123,7 +126,7 @@ class Selection:
         if aggregate and names:
             raise ProfinferError("--aggregate counts every op: it does not go with --ops")
         return Selection(first, last, sample, tuple(o for o in names if not o.endswith("*")),
-                         prefixes[0] if prefixes else "", aggregate, detach)
+                         prefixes[0] if prefixes else "", aggregate, barriers, detach)
 
 
 def probe_source() -> str:

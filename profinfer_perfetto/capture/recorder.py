@@ -173,10 +173,11 @@ def record(
             if not target.is_alive(pid):
                 raise ProfinferError(f"no process with PID {pid}")
         dynamic = selection.detach
-        op_probes = tuple(p for p in probe_plan.probes if p.fn in OP_PROBES)
+        probes = tuple(p for p in probe_plan.probes
+                       if selection.barriers or p.fn != "barrier_enter")
+        op_probes = tuple(p for p in probes if p.fn in OP_PROBES)
         try:
-            session.attach(tuple(p for p in probe_plan.probes
-                                 if not (dynamic and p.fn in OP_PROBES)), pid)
+            session.attach(tuple(p for p in probes if not (dynamic and p.fn in OP_PROBES)), pid)
             if selection.gated and not dynamic:
                 session.arm(True)
         except ProfinferError:
@@ -273,7 +274,8 @@ def record(
         begin_ns=begin,
         end_ns=end,
         status=status,
-        notes=list(probe_plan.notes),
+        notes=list(probe_plan.notes) + ([] if selection.barriers else [
+            "--no-barriers: an op lasts until its thread's next op, barrier wait included"]),
         recorder_cpu_s=round(recorder_cpu, 3),
         aggregate=selection.aggregate,
     )

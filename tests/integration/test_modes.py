@@ -47,6 +47,7 @@ def full(tmp_path_factory: pytest.TempPathFactory) -> tuple[Counter[tuple[int, s
         (["--tokens", "3:7"], {3, 4, 5, 6}, None),
         (["--sample", "4"], {0, 4, 8, 12}, None),
         (["--tokens", "2:", "--sample", "5"], {2, 7, 12}, None),
+        (["--no-barriers"], set(range(16)), None),
         (["--ops", "MUL_MAT,ffn_*"], set(range(16)),
          lambda op, tensor: op == "MUL_MAT" or tensor.startswith("ffn_")),
     ],
