@@ -48,7 +48,6 @@ class Segment:
     vaddr: int
     offset: int
     filesz: int
-    executable: bool
 
 
 class ElfFile:
@@ -68,11 +67,11 @@ class ElfFile:
         self.segments: list[Segment] = []
         self.interpreted = False
         for i in range(phnum):
-            p_type, p_flags, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
+            p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
                 "<IIQQQQ", self._data, phoff + i * phentsize
             )
             if p_type == _PT_LOAD:
-                self.segments.append(Segment(p_vaddr, p_offset, p_filesz, bool(p_flags & 1)))
+                self.segments.append(Segment(p_vaddr, p_offset, p_filesz))
             self.interpreted |= p_type == _PT_INTERP
         self._sections = [
             struct.unpack_from("<IIQQQQIIQQ", self._data, shoff + i * shentsize)

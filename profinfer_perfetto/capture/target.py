@@ -46,10 +46,6 @@ class ProbePlan:
     notes: tuple[str, ...]
     """What the plan could not do on this build, in a sentence each (shown in the summary)."""
 
-    @property
-    def separates_barrier_wait(self) -> bool:
-        return any(p.fn == "barrier_enter" for p in self.probes)
-
 
 def objects_of_command(command: list[str], extra: list[Path]) -> list[Path]:
     """The executable of a command line and the shared objects the loader maps for it."""

@@ -328,7 +328,7 @@ class _LayoutBuilder:
         track = self.track(Track(3, TrackKind.GLOBAL, RECORDING_TRACK))
         self.rows.slices(track, np.array([model.run.begin_ns]), np.array([model.run.end_ns]), 0,
                          self.strings("record"), self.arg_set(_recording_args(model)))
-        if model.run.status != "complete":
+        if not model.run.complete:
             self.rows.add(model.run.end_ns - 1, EventType.INSTANT, track,
                           name=self.strings(f"trace cut short: {model.run.status}"))
 
@@ -376,7 +376,7 @@ def build_layout(model: TraceModel) -> Layout:
 def _recording_args(model: TraceModel) -> Args:
     args: list[tuple[str, ArgValue]] = [
         ("status", model.run.status),
-        ("complete", model.run.status == "complete"),
+        ("complete", model.run.complete),
         ("events", model.event_count),
         ("events_lost", model.run.lost_events),
         ("nodes_lost", model.run.lost_nodes),
