@@ -93,9 +93,11 @@ BPF_HASH(described_as, u64, struct seen, 65536);
 struct gate {
     u64 step;      // token steps begun so far
     u64 tracing;   // 1 while the current step is traced
-    u64 armed;     // set by the recorder while the op probes are attached
 };
 BPF_ARRAY(gate, struct gate, 1);
+// Set by the recorder while the op probes are attached. Its own map: the recorder writes it
+// whole without racing the step counter that the probes advance in `gate`.
+BPF_ARRAY(armed, u64, 1);
 #endif
 #if AGGREGATE
 #define HIST_BUCKETS 32
@@ -440,9 +442,10 @@ static __always_inline int token_begin(u32 entry, s64 n_tokens) {
 #if GATED
     int zero = 0;
     struct gate *g = gate.lookup(&zero);
+    u64 *on = armed.lookup(&zero);
     if (g) {
         u64 step = g->step++;
-        g->tracing = g->armed && step >= FIRST_STEP && (LAST_STEP == 0 || step < LAST_STEP)
+        g->tracing = on && *on && step >= FIRST_STEP && (LAST_STEP == 0 || step < LAST_STEP)
                      && (step - FIRST_STEP) % SAMPLE_EVERY == 0;
     }
 #endif

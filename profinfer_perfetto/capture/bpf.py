@@ -297,14 +297,11 @@ class ProbeSession:
 
     def gate(self) -> tuple[int, bool]:
         """Token steps begun so far, and whether the op probes count as attached."""
-        value = self._bpf[b"gate"][0]
-        return int(value.step), bool(value.armed)
+        return int(self._bpf[b"gate"][0].step), bool(self._bpf[b"armed"][0].value)
 
     def arm(self, armed: bool) -> None:
-        table = self._bpf[b"gate"]
-        value = table[0]
-        value.armed = int(armed)
-        table[table.Key(0)] = value
+        table = self._bpf[b"armed"]
+        table[table.Key(0)] = table.Leaf(int(armed))
 
     def lost(self) -> tuple[int, int]:
         """Events and node descriptors dropped because a ring was full."""
