@@ -1,13 +1,19 @@
 """An independent reader of our Perfetto traces, on the official perfetto_trace_pb2 schema.
 
-It decodes a trace the way trace_processor imports TrackEvent data and asserts the rules
-Perfetto relies on: track descriptors before first use, valid interning (no iid 0, every iid
-defined in the sequence's incremental state), strictly nested slices per track, flows that
-start before they end. What it returns is plain data for the tests to check.
+It decodes a trace the way trace_processor imports TrackEvent data: compressed_packets
+expanded in place; one incremental state per trusted packet sequence (interned data, packet
+defaults, sequence-scoped clocks), reset by SEQ_INCREMENTAL_STATE_CLEARED; timestamps
+turned into CLOCK_BOOTTIME through the sequence's ClockSnapshot, incremental clocks adding
+each packet's delta to the last. On the way it asserts the rules Perfetto relies on: track
+descriptors before first use, valid interning (no iid 0, every iid defined in the sequence's
+incremental state), strictly nested slices per track, time never going back on a track,
+flows that start before they end. What it returns is plain data for the tests to check.
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +21,9 @@ from typing import Any
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 TE = official.TrackEvent
+BOOTTIME = 6
+CLEARED = official.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+NEEDS = official.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
 
 @dataclass
@@ -41,7 +50,8 @@ class Trace:
 
     def track_name(self, uuid: int) -> str:
         t = self.tracks[uuid]
-        return t.thread.thread_name if t.HasField("thread") else t.name
+        name: str = t.thread.thread_name if t.HasField("thread") else t.name
+        return name
 
     def thread_slices(self, tid: int) -> list[Slice]:
         return [s for s in self.slices if self.tracks[s.track].thread.tid == tid]
@@ -50,63 +60,114 @@ class Trace:
         return sorted(t.thread.tid for t in self.tracks.values() if t.HasField("thread"))
 
 
+@dataclass
+class _Clock:
+    """A sequence-scoped clock, tied to BOOTTIME by the last ClockSnapshot that had it."""
+
+    at: int  # its reading in that snapshot, ns
+    boottime: int  # BOOTTIME in that snapshot
+    unit: int
+    incremental: bool
+    last: int  # its latest reading, ns: what an incremental timestamp is a delta from
+
+    def boot(self, ts: int) -> int:
+        ns = ts * self.unit + (self.last if self.incremental else 0)
+        assert ns >= self.at, "timestamp before its clock's snapshot"
+        self.last = ns
+        return self.boottime + ns - self.at
+
+
+@dataclass
+class _Sequence:
+    """One trusted packet sequence's incremental state, dropped when a packet clears it."""
+
+    names: dict[int, str] = field(default_factory=dict)
+    arg_names: dict[int, str] = field(default_factory=dict)
+    arg_values: dict[int, str] = field(default_factory=dict)
+    defaults: official.TracePacketDefaults = field(default_factory=official.TracePacketDefaults)
+    clocks: dict[int, _Clock] = field(default_factory=dict)
+
+    def time(self, p: official.TracePacket) -> int:
+        """The packet's timestamp in BOOTTIME ns."""
+        clock = p.timestamp_clock_id or self.defaults.timestamp_clock_id
+        if clock in (0, BOOTTIME):
+            return int(p.timestamp)
+        assert clock in self.clocks, f"clock {clock} has no snapshot on this sequence"
+        return self.clocks[clock].boot(p.timestamp)
+
+
 def read(path: Path) -> Trace:
-    trace = official.Trace()
-    trace.ParseFromString(path.read_bytes())
+    decoded = list(packets(path.read_bytes()))
+    sequences: dict[int, _Sequence] = {}
     tracks: dict[int, official.TrackDescriptor] = {}
-    names: dict[int, str] = {}
-    arg_names: dict[int, str] = {}
-    arg_values: dict[int, str] = {}
+    last_ts: dict[int, int] = {}
     open_slices: dict[int, list[Slice]] = {}
     slices: list[Slice] = []
     instants: list[Slice] = []
     counters: dict[int, list[tuple[int, float]]] = {}
     flow_start: dict[int, Slice] = {}
     flows: list[tuple[Slice, Slice]] = []
-    sequence: int | None = None
-    last_ts = 0
-    for i, p in enumerate(trace.packet):
-        if sequence is None:
-            assert p.first_packet_on_sequence and p.previous_packet_dropped
-            assert p.sequence_flags & official.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-            sequence = p.trusted_packet_sequence_id
-            assert sequence != 0
-        assert p.trusted_packet_sequence_id == sequence, f"packet {i} on another sequence"
-        assert p.sequence_flags & official.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+
+    def advance(uuid: int, ts: int, i: int) -> None:
+        assert uuid in tracks, f"packet {i}: track {uuid} used before described"
+        assert ts >= last_ts.get(uuid, ts), f"packet {i}: time goes back on track {uuid}"
+        last_ts[uuid] = ts
+
+    for i, p in enumerate(decoded):
+        sid = p.trusted_packet_sequence_id
+        assert sid != 0, f"packet {i}: no sequence"
+        cleared = bool(p.sequence_flags & CLEARED)
+        if sid not in sequences:
+            assert p.first_packet_on_sequence and p.previous_packet_dropped and cleared, (
+                f"packet {i}: sequence {sid} does not start by clearing its state")
+        else:
+            assert not p.first_packet_on_sequence, f"packet {i}: sequence {sid} starts twice"
+            assert cleared or not p.previous_packet_dropped, f"packet {i}: packets lost"
+        if cleared:
+            sequences[sid] = _Sequence()
+        seq = sequences[sid]
+        if p.HasField("trace_packet_defaults"):
+            seq.defaults = p.trace_packet_defaults
         for n in p.interned_data.event_names:
-            assert n.iid != 0
-            names[n.iid] = n.name
+            _intern(seq.names, n.iid, n.name)
         for n in p.interned_data.debug_annotation_names:
-            assert n.iid != 0
-            arg_names[n.iid] = n.name
+            _intern(seq.arg_names, n.iid, n.name)
         for n in p.interned_data.debug_annotation_string_values:
-            assert n.iid != 0
-            arg_values[n.iid] = n.str.decode()
-        if p.HasField("track_descriptor"):
+            _intern(seq.arg_values, n.iid, n.str.decode())
+        kind = p.WhichOneof("data")
+        if kind == "clock_snapshot":
+            _snapshot(seq, p.clock_snapshot)
+            continue  # trace_processor reads no timestamp from a snapshot packet
+        ts = seq.time(p) if p.HasField("timestamp") else None
+        if kind == "track_descriptor":
             d = p.track_descriptor
             assert d.uuid not in tracks, f"track {d.uuid} described twice"
             assert not d.parent_uuid or d.parent_uuid in tracks, "parent described after child"
+            assert not d.counter.is_incremental, "incremental counters are not read here"
             tracks[d.uuid] = d
             continue
-        if not p.HasField("track_event"):
+        if kind != "track_event":
             continue
         e = p.track_event
-        assert e.track_uuid in tracks, f"packet {i}: track {e.track_uuid} used before described"
-        assert p.timestamp >= last_ts, f"packet {i}: time goes back"
-        last_ts = p.timestamp
-        stack = open_slices.setdefault(e.track_uuid, [])
+        assert cleared or p.sequence_flags & NEEDS, f"packet {i}: does not say it needs state"
+        assert ts is not None, f"packet {i}: track event without a timestamp"
+        defaults = seq.defaults.track_event_defaults
+        uuid = e.track_uuid if e.HasField("track_uuid") else defaults.track_uuid
+        advance(uuid, ts, i)
+        stack = open_slices.setdefault(uuid, [])
         if e.type in (TE.TYPE_SLICE_BEGIN, TE.TYPE_INSTANT):
-            assert e.name_iid in names, f"packet {i}: name iid {e.name_iid} not interned"
-            s = Slice(e.track_uuid, names[e.name_iid], p.timestamp, depth=len(stack),
+            assert e.name_iid in seq.names, f"packet {i}: name iid {e.name_iid} not interned"
+            s = Slice(uuid, seq.names[e.name_iid], ts, depth=len(stack),
                       parent=stack[-1] if stack else None)
             for a in e.debug_annotations:
-                assert a.name_iid in arg_names
-                s.args[arg_names[a.name_iid]] = _value(a, arg_values)
+                assert a.name_iid in seq.arg_names
+                s.args[seq.arg_names[a.name_iid]] = _value(a, seq.arg_values)
             for f in e.flow_ids:
                 assert f not in flow_start, f"flow {f} starts twice (flows cannot fork)"
                 flow_start[f] = s
                 s.flows_out.append(f)
             for f in e.terminating_flow_ids:
+                assert f in flow_start and flow_start[f].ts <= ts, f"flow {f} ends before it starts"
                 flows.append((flow_start.pop(f), s))
                 s.flows_in.append(f)
             if e.type == TE.TYPE_INSTANT:
@@ -115,17 +176,71 @@ def read(path: Path) -> Trace:
             else:
                 stack.append(s)
                 slices.append(s)
-        elif e.type == TE.TYPE_SLICE_END:
+        else:
+            assert not e.flow_ids and not e.terminating_flow_ids, f"packet {i}: flow on no slice"
+        if e.type == TE.TYPE_SLICE_END:
             assert stack, f"packet {i}: slice end without a begin"
-            stack.pop().end = p.timestamp
+            stack.pop().end = ts
         elif e.type == TE.TYPE_COUNTER:
-            counters.setdefault(e.track_uuid, []).append((p.timestamp, e.double_counter_value))
-        for uuid, value in zip(e.extra_counter_track_uuids, e.extra_counter_values, strict=True):
-            assert tracks[uuid].HasField("counter")
-            counters.setdefault(uuid, []).append((p.timestamp, value))
+            assert tracks[uuid].HasField("counter"), f"packet {i}: {uuid} is no counter track"
+            value = (e.double_counter_value if e.HasField("double_counter_value")
+                     else e.counter_value)
+            counters.setdefault(uuid, []).append((ts, value * _unit(tracks[uuid])))
+        extra: list[tuple[Sequence[int], Sequence[float], Sequence[int]]] = [
+            (e.extra_counter_track_uuids, e.extra_counter_values,
+             defaults.extra_counter_track_uuids),
+            (e.extra_double_counter_track_uuids, e.extra_double_counter_values,
+             defaults.extra_double_counter_track_uuids)]
+        # trace_processor drops an event with more than 8 extra counter values.
+        assert sum(len(v) for _, v, _ in extra) <= 8, f"packet {i}: over 8 extra counters"
+        for uuids, values, default_uuids in extra:
+            uuids = uuids or (default_uuids if values else [])
+            assert len(uuids) == len(values), f"packet {i}: {len(values)} values {len(uuids)} uuids"
+            for u, v in zip(uuids, values, strict=True):
+                advance(u, ts, i)
+                assert tracks[u].HasField("counter"), f"packet {i}: {u} is no counter track"
+                counters.setdefault(u, []).append((ts, v * _unit(tracks[u])))
     assert all(not s for s in open_slices.values()), "slices left open"
     assert not flow_start, f"flows never terminated: {sorted(flow_start)}"
-    return Trace(len(trace.packet), tracks, slices, counters, instants, flows)
+    # trace_processor sorts events by time; the slice table comes out in that order.
+    slices.sort(key=lambda s: s.ts)
+    instants.sort(key=lambda s: s.ts)
+    return Trace(len(decoded), tracks, slices, counters, instants, flows)
+
+
+def packets(data: bytes) -> Iterator[official.TracePacket]:
+    """The trace's packets in order, each compressed_packets bundle expanded in its place."""
+    trace = official.Trace()
+    trace.ParseFromString(data)
+    for p in trace.packet:
+        if p.WhichOneof("data") == "compressed_packets":
+            assert len(p.ListFields()) == 1, "trace_processor reads nothing beside the bundle"
+            yield from packets(zlib.decompress(p.compressed_packets))
+        else:
+            yield p
+
+
+def _snapshot(seq: _Sequence, snapshot: official.ClockSnapshot) -> None:
+    clocks = {c.clock_id: c for c in snapshot.clocks}
+    assert len(clocks) == len(snapshot.clocks), "a clock twice in one snapshot"
+    assert snapshot.primary_trace_clock in (0, BOOTTIME), "trace time is not BOOTTIME"
+    assert BOOTTIME in clocks, "a snapshot without BOOTTIME"
+    boottime = clocks.pop(BOOTTIME).timestamp
+    for c in clocks.values():
+        assert 64 <= c.clock_id < 128, f"clock {c.clock_id}: only sequence clocks are read"
+        unit = c.unit_multiplier_ns or 1
+        seq.clocks[c.clock_id] = _Clock(c.timestamp * unit, boottime, unit, c.is_incremental,
+                                        c.timestamp * unit)
+
+
+def _intern(table: dict[int, str], iid: int, value: str) -> None:
+    assert iid != 0, "iid 0 is not a valid interning id"
+    # trace_processor keeps the first definition of an iid within a generation.
+    assert table.setdefault(iid, value) == value, f"iid {iid} redefined"
+
+
+def _unit(track: official.TrackDescriptor) -> int:
+    return track.counter.unit_multiplier or 1
 
 
 def _value(a: official.DebugAnnotation, strings: dict[int, str]) -> Any:

@@ -1,33 +1,41 @@
-"""Render a layout as a Perfetto protobuf trace, streamed packet by packet.
+"""Render a layout as a Perfetto protobuf trace.
 
-One trusted packet sequence: its first packet clears incremental state and carries every
-interned name (event names, debug annotation names and string values); later packets need
-that state. Timestamps are CLOCK_BOOTTIME nanoseconds, Perfetto's default clock.
+Sequences (each a trusted packet sequence with its own incremental state):
+- 1 holds the track descriptors;
+- 2 the events of tracks that are no thread (the recording, tokens/s, aggregate counters);
+- 3, 4, ... one per thread: its slices, with its perf-counter tracks sampled as extra counter
+  values.
+Each event sequence starts with a packet that clears its state and sets what its events then
+leave out: the interned names, a sequence-scoped incremental clock (a clock snapshot against
+CLOCK_BOOTTIME, so each event's timestamp is the delta from the sequence's previous one) and
+TrackEvent defaults (the thread's track and its counter tracks). Events follow in time order,
+rendered with numpy and written in zlib chunks (`compressed_packets`), which trace_processor and
+ui.perfetto.dev expand on load.
 """
 
 from __future__ import annotations
 
-import struct
-from typing import IO, Any
+import zlib
+from dataclasses import dataclass
+from typing import IO
+
+import numpy as np
 
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
+from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
 
-SEQUENCE_ID = 1
+DESCRIPTOR_SEQUENCE = 1
+GLOBAL_SEQUENCE = 2
+INCREMENTAL_CLOCK = 64
+"""The first sequence-scoped clock id."""
+CHUNK_ROWS = 32768
+"""Events per compressed packet (about 0.5 to 1 MiB before compression)."""
+COMPRESSION_LEVEL = 6
+
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-
-
-def _write(out: IO[bytes], packet: pb.TracePacket) -> None:
-    """Append one `Trace.packet` (field 1, length-delimited) to the stream."""
-    body = packet.SerializeToString()
-    size = len(body)
-    head = bytearray([0x0A])
-    while size >= 0x80:
-        head.append((size & 0x7F) | 0x80)
-        size >>= 7
-    head.append(size)
-    out.write(bytes(head) + body)
+_BOOTTIME = pb.ClockSnapshot.Clock.BOOTTIME
 
 
 def _descriptor(layout: Layout, track: Track) -> pb.TrackDescriptor:
@@ -49,161 +57,207 @@ def _descriptor(layout: Layout, track: Track) -> pb.TrackDescriptor:
     return desc
 
 
-class _Interner:
-    """iids for annotation names; event names and string values use `strings` index + 1."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}
-
-    def name(self, key: str) -> int:
-        return self.names.setdefault(key, len(self.names) + 1)
+def _packet(out: IO[bytes], packet: pb.TracePacket) -> None:
+    out.write(field(_PACKET, packet.SerializeToString()))
 
 
-def _annotations(
-    layout: Layout, interner: _Interner, string_iid: dict[str, int]
-) -> list[list[pb.DebugAnnotation]]:
-    sets: list[list[pb.DebugAnnotation]] = []
-    for args in layout.arg_sets:
-        annotations = []
-        for key, value in args:
-            a = pb.DebugAnnotation(name_iid=interner.name(key))
-            _set_value(a, value, string_iid)
-            annotations.append(a)
-        sets.append(annotations)
-    return sets
+@dataclass
+class _Interned:
+    """iids: event names and string values by their index in `strings` + 1; annotation names
+    in order of first use."""
+
+    names: dict[str, int]
+    values: dict[str, int]
+    annotations: dict[tuple[str, type, ArgValue], bytes]
+
+    def annotation(self, key: str, value: ArgValue) -> bytes:
+        """A debug annotation field; one `key: value` pair is serialized once."""
+        known = self.annotations.get((key, type(value), value))
+        if known is None:
+            known = self.annotations[key, type(value), value] = self._serialize(key, value)
+        return known
+
+    def _serialize(self, key: str, value: ArgValue) -> bytes:
+        a = pb.DebugAnnotation(name_iid=self.names.setdefault(key, len(self.names) + 1))
+        if isinstance(value, bool):
+            a.bool_value = value
+        elif isinstance(value, int):
+            a.int_value = value
+        elif isinstance(value, float):
+            a.double_value = value
+        else:
+            a.string_value_iid = self.values.setdefault(value, len(self.values) + 1)
+        return field(_ANNOTATION, a.SerializeToString())
+
+    def fill(self, data: pb.InternedData, strings: list[str]) -> None:
+        for i, s in enumerate(strings, start=1):
+            data.event_names.add(iid=i, name=s)
+        for key, iid in self.names.items():
+            data.debug_annotation_names.add(iid=iid, name=key)
+        for value, iid in self.values.items():
+            data.debug_annotation_string_values.add(iid=iid, str=value.encode())
 
 
-def _set_value(a: pb.DebugAnnotation, value: ArgValue, string_iid: dict[str, int]) -> None:
-    if isinstance(value, bool):
-        a.bool_value = value
-    elif isinstance(value, int):
-        a.int_value = value
-    elif isinstance(value, float):
-        a.double_value = value
-    else:
-        a.string_value_iid = string_iid.setdefault(value, len(string_iid) + 1)
+class _Sequences:
+    """Which sequence each track's events go to, and each sequence's default tracks."""
+
+    def __init__(self, layout: Layout) -> None:
+        n = len(layout.tracks)
+        self.of_track = np.full(n, GLOBAL_SEQUENCE, np.int64)
+        self.default_track: dict[int, int] = {GLOBAL_SEQUENCE: -1}
+        threads = [i for i, t in enumerate(layout.tracks) if t.kind == TrackKind.THREAD]
+        for seq, track in enumerate(threads, start=GLOBAL_SEQUENCE + 1):
+            self.of_track[track] = seq
+            self.default_track[seq] = track
+        self.counter_tracks: dict[int, list[int]] = {GLOBAL_SEQUENCE: []}
+        for seq, track in enumerate(threads, start=GLOBAL_SEQUENCE + 1):
+            tid = layout.tracks[track].tid
+            self.counter_tracks[seq] = [i for i, t in enumerate(layout.tracks)
+                                        if t.kind == TrackKind.COUNTER and t.tid == tid]
 
 
 def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
-    """Write the whole trace; returns the number of packets."""
-    interner = _Interner()
-    value_iid: dict[str, int] = {}
-    annotation_sets = _annotations(layout, interner, value_iid)
-    delta_names = [interner.name(f"counter.{c}") for c in layout.counter_names]
+    """Write the whole trace; returns the number of packets (compressed ones counted each)."""
+    interned = _Interned({}, {}, {})
+    arg_blobs = [b"".join(interned.annotation(k, v) for k, v in args) for args in layout.arg_sets]
+    counter_iids = [interned.names.setdefault(f"counter.{c}", len(interned.names) + 1)
+                    for c in layout.counter_names]
+    sequences = _Sequences(layout)
+    t0 = int(layout.ts[0]) if len(layout) else 0
 
-    first = pb.TracePacket(
-        trusted_packet_sequence_id=SEQUENCE_ID,
-        first_packet_on_sequence=True,
-        previous_packet_dropped=1,
-        sequence_flags=_CLEARED | _NEEDS,
-    )
-    interned = first.interned_data
-    for i, s in enumerate(layout.strings, start=1):
-        interned.event_names.add(iid=i, name=s)
-    for key, iid in interner.names.items():
-        interned.debug_annotation_names.add(iid=iid, name=key)
-    for value, iid in value_iid.items():
-        interned.debug_annotation_string_values.add(iid=iid, str=value.encode())
-    first.track_descriptor.CopyFrom(_descriptor(layout, layout.tracks[0]))
-    _write(out, first)
-    packets = 1
-    for track in layout.tracks[1:]:
-        _write(out, pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID,
-                                   sequence_flags=_NEEDS,
-                                   track_descriptor=_descriptor(layout, track)))
-        packets += 1
+    for i, described in enumerate(layout.tracks):
+        packet = pb.TracePacket(trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE,
+                                track_descriptor=_descriptor(layout, described))
+        if i == 0:
+            packet.first_packet_on_sequence = True
+            packet.previous_packet_dropped = 1
+            packet.sequence_flags = _CLEARED
+        _packet(out, packet)
+    uuids = np.array([t.uuid for t in layout.tracks], np.int64)
+    for seq, track in sequences.default_track.items():
+        first = pb.TracePacket(
+            trusted_packet_sequence_id=seq, first_packet_on_sequence=True,
+            previous_packet_dropped=1, sequence_flags=_CLEARED | _NEEDS,
+            timestamp=t0, timestamp_clock_id=_BOOTTIME)
+        first.clock_snapshot.clocks.add(clock_id=_BOOTTIME, timestamp=t0)
+        first.clock_snapshot.clocks.add(clock_id=INCREMENTAL_CLOCK, timestamp=t0,
+                                        is_incremental=True)
+        defaults = first.trace_packet_defaults
+        defaults.timestamp_clock_id = INCREMENTAL_CLOCK
+        if track >= 0:
+            defaults.track_event_defaults.track_uuid = int(uuids[track])
+            defaults.track_event_defaults.extra_counter_track_uuids.extend(
+                int(uuids[c]) for c in sequences.counter_tracks[seq])
+        interned.fill(first.interned_data, layout.strings)
+        _packet(out, first)
+    heads = len(layout.tracks) + len(sequences.default_track)
 
-    uuids = [t.uuid for t in layout.tracks]
-    track_bytes = [_TRACK_UUID + _varint(u) for u in uuids]
-    extra_track_bytes = [_EXTRA_TRACK + _varint(u) for u in uuids]
-    arg_blobs = [b"".join(_field(_ANNOTATION, a.SerializeToString()) for a in annotations)
-                 for annotations in annotation_sets]
-    delta_tags = [_ANNOTATION_NAME + _varint(n) for n in delta_names]
-    rows = zip(
-        layout.ts.tolist(),
-        layout.type.tolist(),
-        layout.track.tolist(),
-        layout.name.tolist(),
-        layout.args.tolist(),
-        layout.value.tolist(),
-        layout.counter_track.tolist(),
-        layout.counter_value.tolist(),
-        layout.counter_delta.tolist(),
-        strict=True,
-    )
-    chunk: list[bytes] = []
-    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values,
-              deltas) in enumerate(rows):
-        parts = [_TYPES[typ], track_bytes[track]]
-        if name >= 0:
-            parts.append(_NAME_IID + _varint(name + 1))
-        if args >= 0:
-            parts.append(arg_blobs[args])
-        for tag, delta in zip(delta_tags, deltas, strict=True):
-            if delta >= 0:
-                parts.append(_field(_ANNOTATION, tag + _INT_VALUE + _varint(delta)))
-        if typ == EventType.COUNTER:
-            parts.append(_DOUBLE_COUNTER + struct.pack("<d", value))
-        for flow in layout.flows_out.get(row, ()):
-            parts.append(_FLOW_ID + struct.pack("<Q", flow))
-        for flow in layout.flows_in.get(row, ()):
-            parts.append(_TERMINATING_FLOW_ID + struct.pack("<Q", flow))
-        for counter_track, counter_value in zip(counter_tracks, counter_values, strict=True):
-            if counter_track >= 0:
-                parts.append(extra_track_bytes[counter_track])
-                parts.append(_EXTRA_VALUE + _varint(counter_value))
-        event = b"".join(parts)
-        chunk.append(_field(_PACKET, b"".join(
-            (_TIMESTAMP, _varint(ts), _EVENT_SEQUENCE, _field(_TRACK_EVENT, event)))))
-        if len(chunk) == 8192:
-            out.write(b"".join(chunk))
-            chunk.clear()
-    out.write(b"".join(chunk))
-    return packets + len(layout)
+    events = _Events(layout, sequences, uuids, arg_blobs, counter_iids, t0)
+    for start in range(0, len(layout), CHUNK_ROWS):
+        chunk = events.render(start, min(start + CHUNK_ROWS, len(layout)))
+        out.write(field(_PACKET, field(_COMPRESSED, zlib.compress(chunk, COMPRESSION_LEVEL))))
+    return heads + len(layout)
 
 
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return _SMALL[n] if n >= 0 else _varint(n + (1 << 64))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+class _Events:
+    """The event packets of a layout, rendered a range of rows at a time."""
+
+    def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray,
+                 arg_blobs: list[bytes], counter_iids: list[int], t0: int) -> None:
+        self.layout = layout
+        self.seq = sequences.of_track[layout.track]
+        default = np.full(max(sequences.default_track) + 1, -1, np.int64)
+        default[list(sequences.default_track)] = list(sequences.default_track.values())
+        self.own_track = layout.track != default[self.seq]
+        self.uuid_of = uuids
+        self.uuid = uuids[layout.track]
+        # Each event's timestamp as the delta from the previous one on its sequence.
+        order = np.argsort(self.seq, kind="stable")
+        ts = layout.ts[order]
+        previous = np.concatenate([[t0], ts[:-1]])
+        previous[np.flatnonzero(np.diff(self.seq[order], prepend=-1))] = t0
+        self.delta = np.empty_like(ts)
+        self.delta[order] = ts - previous
+        self.arg_source = np.frombuffer(b"".join(arg_blobs), np.uint8)
+        self.arg_end = np.cumsum([len(b) for b in arg_blobs], dtype=np.int64)
+        self.arg_size = np.array([len(b) for b in arg_blobs], np.int64)
+        self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE for iid in counter_iids]
+        self.flows = [_flow_table(layout.flows_out, _FLOW_ID, len(layout)),
+                      _flow_table(layout.flows_in, _TERMINATING_FLOW_ID, len(layout))]
+
+    def render(self, a: int, b: int) -> bytes:
+        lay = self.layout
+        n = b - a
+        p = Pieces(n)
+        typ = lay.type[a:b]
+        p.varint(_TYPE, typ)
+        p.varint(_TRACK_UUID, self.uuid[a:b], self.own_track[a:b])
+        name = lay.name[a:b]
+        p.varint(_NAME_IID, name + 1, name >= 0)
+        args = lay.args[a:b]
+        has_args = args >= 0
+        if len(self.arg_source):
+            p.add(self.arg_source, np.where(has_args, self.arg_end[args] - self.arg_size[args], 0),
+                  np.where(has_args, self.arg_size[args], 0))
+        for c, prefix in enumerate(self.counter_prefix):
+            delta = lay.counter_delta[a:b, c]
+            on = has_args & (delta >= 0)
+            p.constant(_ANNOTATION, on)
+            p.varint(b"", len(prefix) + varint_sizes(np.maximum(delta, 0)), on)
+            p.constant(prefix, on)
+            p.varint(b"", np.maximum(delta, 0), on)
+        p.fixed64(_DOUBLE_COUNTER, lay.value[a:b], typ == EventType.COUNTER)
+        for source, row_end, row_size in self.flows:
+            if len(source):
+                p.add(source, row_end[a:b] - row_size[a:b], row_size[a:b])
+        # trace_processor reads an event's extra counter values up to the first 0: an event
+        # with a 0 names the tracks of its other values, and a 0 is not written.
+        track = lay.counter_track[a:b]
+        value = lay.counter_value[a:b]
+        written = (track >= 0) & (value != 0)
+        named = ((track >= 0) & (value == 0)).any(1)
+        for c in range(track.shape[1]):
+            p.varint(_EXTRA_TRACK, self.uuid_of[track[:, c]], named & written[:, c])
+        for c in range(track.shape[1]):
+            p.varint(_EXTRA_VALUE, value[:, c], written[:, c])
+        event_size = p.sizes()
+        # The packet around the event, front to back: the event's own tag and size go first.
+        p.varint(_TRACK_EVENT, event_size, front=True)
+        p.constant(_FLAGS, front=True)
+        p.varint(_SEQUENCE_ID, self.seq[a:b], front=True)
+        p.varint(_TIMESTAMP, self.delta[a:b], front=True)
+        p.varint(b"", p.sizes(), front=True)
+        p.constant(_PACKET, front=True)
+        data, _ = p.render()
+        return data.tobytes()
 
 
-def _field(tag: bytes, body: bytes) -> bytes:
-    """A length-delimited field."""
-    return tag + _varint(len(body)) + body
+def _flow_table(flows: dict[int, list[int]], flow_tag: bytes,
+                rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The flow id fields of every row, back to back in row order; each row's end and size."""
+    ids = np.array([f for r in sorted(flows) for f in flows[r]], np.uint64)
+    entry = len(flow_tag) + 8
+    size = np.zeros(rows, np.int64)
+    size[list(flows)] = [len(f) * entry for f in flows.values()]
+    head = np.broadcast_to(np.frombuffer(flow_tag, np.uint8), (len(ids), len(flow_tag)))
+    source = np.hstack([head, ids.astype("<u8").view(np.uint8).reshape(-1, 8)]).ravel()
+    return source, np.cumsum(size), size
 
 
-_SMALL = [bytes([i]) for i in range(0x80)]
-
-
-def _tag(message: Any, name: str) -> bytes:
-    """The wire tag of a field, from our schema (protos/profinfer_trace.proto)."""
-    f = message.DESCRIPTOR.fields_by_name[name]
-    wire = {f.TYPE_DOUBLE: 1, f.TYPE_FIXED64: 1, f.TYPE_MESSAGE: 2, f.TYPE_STRING: 2,
-            f.TYPE_BYTES: 2}.get(f.type, 0)
-    return _varint(f.number << 3 | wire)
-
-
-# Events are written field by field with the tags of our schema, without a message object
-# per event; the first packet and the track descriptors go through the generated classes.
-_PACKET = _tag(pb.Trace, "packet")
-_TIMESTAMP = _tag(pb.TracePacket, "timestamp")
-_TRACK_EVENT = _tag(pb.TracePacket, "track_event")
-_EVENT_SEQUENCE = (_tag(pb.TracePacket, "trusted_packet_sequence_id") + _varint(SEQUENCE_ID)
-                   + _tag(pb.TracePacket, "sequence_flags") + _varint(_NEEDS))
-_TYPES = {t: _tag(pb.TrackEvent, "type") + _varint(t) for t in EventType}
-_TRACK_UUID = _tag(pb.TrackEvent, "track_uuid")
-_NAME_IID = _tag(pb.TrackEvent, "name_iid")
-_ANNOTATION = _tag(pb.TrackEvent, "debug_annotations")
-_ANNOTATION_NAME = _tag(pb.DebugAnnotation, "name_iid")
-_INT_VALUE = _tag(pb.DebugAnnotation, "int_value")
-_DOUBLE_COUNTER = _tag(pb.TrackEvent, "double_counter_value")
-_FLOW_ID = _tag(pb.TrackEvent, "flow_ids")
-_TERMINATING_FLOW_ID = _tag(pb.TrackEvent, "terminating_flow_ids")
-_EXTRA_TRACK = _tag(pb.TrackEvent, "extra_counter_track_uuids")
-_EXTRA_VALUE = _tag(pb.TrackEvent, "extra_counter_values")
+_PACKET = tag(pb.Trace, "packet")
+_COMPRESSED = tag(pb.TracePacket, "compressed_packets")
+_TIMESTAMP = tag(pb.TracePacket, "timestamp")
+_SEQUENCE_ID = tag(pb.TracePacket, "trusted_packet_sequence_id")
+_FLAGS = tag(pb.TracePacket, "sequence_flags") + varint(_NEEDS)
+_TRACK_EVENT = tag(pb.TracePacket, "track_event")
+_TYPE = tag(pb.TrackEvent, "type")
+_TRACK_UUID = tag(pb.TrackEvent, "track_uuid")
+_NAME_IID = tag(pb.TrackEvent, "name_iid")
+_ANNOTATION = tag(pb.TrackEvent, "debug_annotations")
+_ANNOTATION_NAME = tag(pb.DebugAnnotation, "name_iid")
+_INT_VALUE = tag(pb.DebugAnnotation, "int_value")
+_DOUBLE_COUNTER = tag(pb.TrackEvent, "double_counter_value")
+_FLOW_ID = tag(pb.TrackEvent, "flow_ids")
+_TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids")
+_EXTRA_TRACK = tag(pb.TrackEvent, "extra_counter_track_uuids")
+_EXTRA_VALUE = tag(pb.TrackEvent, "extra_counter_values")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15profinfer_trace.proto\x12\tprofinfer\"/\n\x05Trace\x12&\n\x06packet\x18\x01 \x03(\x0b\x32\x16.profinfer.TracePacket\"\xd0\x03\n\x0bTracePacket\x12\x11\n\ttimestamp\x18\x08 \x01(\x04\x12$\n\x1atrusted_packet_sequence_id\x18\n \x01(\rH\x00\x12.\n\rinterned_data\x18\x0c \x01(\x0b\x32\x17.profinfer.InternedData\x12\x16\n\x0esequence_flags\x18\r \x01(\r\x12 \n\x18\x66irst_packet_on_sequence\x18W \x01(\x08\x12\x1f\n\x17previous_packet_dropped\x18* \x01(\r\x12,\n\x0btrack_event\x18\x0b \x01(\x0b\x32\x15.profinfer.TrackEventH\x01\x12\x36\n\x10track_descriptor\x18< \x01(\x0b\x32\x1a.profinfer.TrackDescriptorH\x01\"h\n\rSequenceFlags\x12\x13\n\x0fSEQ_UNSPECIFIED\x10\x00\x12!\n\x1dSEQ_INCREMENTAL_STATE_CLEARED\x10\x01\x12\x1f\n\x1bSEQ_NEEDS_INCREMENTAL_STATE\x10\x02\x42%\n#optional_trusted_packet_sequence_idB\x06\n\x04\x64\x61ta\"\xe0\x03\n\nTrackEvent\x12(\n\x04type\x18\t \x01(\x0e\x32\x1a.profinfer.TrackEvent.Type\x12\x12\n\ntrack_uuid\x18\x0b \x01(\x04\x12\x12\n\x08name_iid\x18\n \x01(\x04H\x00\x12\x0e\n\x04name\x18\x17 \x01(\tH\x00\x12\x35\n\x11\x64\x65\x62ug_annotations\x18\x04 \x03(\x0b\x32\x1a.profinfer.DebugAnnotation\x12\x10\n\x08\x66low_ids\x18/ \x03(\x06\x12\x1c\n\x14terminating_flow_ids\x18\x30 \x03(\x06\x12\x17\n\rcounter_value\x18\x1e \x01(\x03H\x01\x12\x1e\n\x14\x64ouble_counter_value\x18, \x01(\x01H\x01\x12!\n\x19\x65xtra_counter_track_uuids\x18\x1f \x03(\x04\x12\x1c\n\x14\x65xtra_counter_values\x18\x0c \x03(\x03\"j\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10TYPE_SLICE_BEGIN\x10\x01\x12\x12\n\x0eTYPE_SLICE_END\x10\x02\x12\x10\n\x0cTYPE_INSTANT\x10\x03\x12\x10\n\x0cTYPE_COUNTER\x10\x04\x42\x0c\n\nname_fieldB\x15\n\x13\x63ounter_value_field\"\xd9\x01\n\x0f\x44\x65\x62ugAnnotation\x12\x12\n\x08name_iid\x18\x01 \x01(\x04H\x00\x12\x0e\n\x04name\x18\n \x01(\tH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x01\x12\x14\n\nuint_value\x18\x03 \x01(\x04H\x01\x12\x13\n\tint_value\x18\x04 \x01(\x03H\x01\x12\x16\n\x0c\x64ouble_value\x18\x05 \x01(\x01H\x01\x12\x16\n\x0cstring_value\x18\x06 \x01(\tH\x01\x12\x1a\n\x10string_value_iid\x18\x11 \x01(\x04H\x01\x42\x0c\n\nname_fieldB\x07\n\x05value\"\xfe\x01\n\x0fTrackDescriptor\x12\x0c\n\x04uuid\x18\x01 \x01(\x04\x12\x13\n\x0bparent_uuid\x18\x05 \x01(\x04\x12\x0e\n\x04name\x18\x02 \x01(\tH\x00\x12\x13\n\x0b\x64\x65scription\x18\x0e \x01(\t\x12-\n\x07process\x18\x03 \x01(\x0b\x32\x1c.profinfer.ProcessDescriptor\x12+\n\x06thread\x18\x04 \x01(\x0b\x32\x1b.profinfer.ThreadDescriptor\x12-\n\x07\x63ounter\x18\x08 \x01(\x0b\x32\x1c.profinfer.CounterDescriptorB\x18\n\x16static_or_dynamic_name\"G\n\x11ProcessDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63mdline\x18\x02 \x03(\t\x12\x14\n\x0cprocess_name\x18\x06 \x01(\t\"A\n\x10ThreadDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0b\n\x03tid\x18\x02 \x01(\x03\x12\x13\n\x0bthread_name\x18\x05 \x01(\t\"\xc4\x01\n\x11\x43ounterDescriptor\x12/\n\x04unit\x18\x03 \x01(\x0e\x32!.profinfer.CounterDescriptor.Unit\x12\x11\n\tunit_name\x18\x06 \x01(\t\x12\x16\n\x0eis_incremental\x18\x05 \x01(\x08\"S\n\x04Unit\x12\x14\n\x10UNIT_UNSPECIFIED\x10\x00\x12\x10\n\x0cUNIT_TIME_NS\x10\x01\x12\x0e\n\nUNIT_COUNT\x10\x02\x12\x13\n\x0fUNIT_SIZE_BYTES\x10\x03\"\xbc\x01\n\x0cInternedData\x12)\n\x0b\x65vent_names\x18\x02 \x03(\x0b\x32\x14.profinfer.EventName\x12>\n\x16\x64\x65\x62ug_annotation_names\x18\x03 \x03(\x0b\x32\x1e.profinfer.DebugAnnotationName\x12\x41\n\x1e\x64\x65\x62ug_annotation_string_values\x18\x1d \x03(\x0b\x32\x19.profinfer.InternedString\"&\n\tEventName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"0\n\x13\x44\x65\x62ugAnnotationName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"*\n\x0eInternedString\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0b\n\x03str\x18\x02 \x01(\x0c')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15profinfer_trace.proto\x12\tprofinfer\"/\n\x05Trace\x12&\n\x06packet\x18\x01 \x03(\x0b\x32\x16.profinfer.TracePacket\"\xfd\x04\n\x0bTracePacket\x12\x11\n\ttimestamp\x18\x08 \x01(\x04\x12\x1a\n\x12timestamp_clock_id\x18: \x01(\r\x12$\n\x1atrusted_packet_sequence_id\x18\n \x01(\rH\x00\x12.\n\rinterned_data\x18\x0c \x01(\x0b\x32\x17.profinfer.InternedData\x12\x16\n\x0esequence_flags\x18\r \x01(\r\x12 \n\x18\x66irst_packet_on_sequence\x18W \x01(\x08\x12\x1f\n\x17previous_packet_dropped\x18* \x01(\r\x12=\n\x15trace_packet_defaults\x18; \x01(\x0b\x32\x1e.profinfer.TracePacketDefaults\x12,\n\x0btrack_event\x18\x0b \x01(\x0b\x32\x15.profinfer.TrackEventH\x01\x12\x36\n\x10track_descriptor\x18< \x01(\x0b\x32\x1a.profinfer.TrackDescriptorH\x01\x12\x32\n\x0e\x63lock_snapshot\x18\x06 \x01(\x0b\x32\x18.profinfer.ClockSnapshotH\x01\x12\x1c\n\x12\x63ompressed_packets\x18\x32 \x01(\x0cH\x01\"h\n\rSequenceFlags\x12\x13\n\x0fSEQ_UNSPECIFIED\x10\x00\x12!\n\x1dSEQ_INCREMENTAL_STATE_CLEARED\x10\x01\x12\x1f\n\x1bSEQ_NEEDS_INCREMENTAL_STATE\x10\x02\x42%\n#optional_trusted_packet_sequence_idB\x06\n\x04\x64\x61ta\"n\n\x13TracePacketDefaults\x12\x1a\n\x12timestamp_clock_id\x18: \x01(\r\x12;\n\x14track_event_defaults\x18\x0b \x01(\x0b\x32\x1d.profinfer.TrackEventDefaults\"K\n\x12TrackEventDefaults\x12\x12\n\ntrack_uuid\x18\x0b \x01(\x04\x12!\n\x19\x65xtra_counter_track_uuids\x18\x1f \x03(\x04\"\xb1\x01\n\rClockSnapshot\x12.\n\x06\x63locks\x18\x01 \x03(\x0b\x32\x1e.profinfer.ClockSnapshot.Clock\x1ap\n\x05\x43lock\x12\x10\n\x08\x63lock_id\x18\x01 \x01(\r\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\x12\x16\n\x0eis_incremental\x18\x03 \x01(\x08\"*\n\rBuiltinClocks\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0c\n\x08\x42OOTTIME\x10\x06\"\xe0\x03\n\nTrackEvent\x12(\n\x04type\x18\t \x01(\x0e\x32\x1a.profinfer.TrackEvent.Type\x12\x12\n\ntrack_uuid\x18\x0b \x01(\x04\x12\x12\n\x08name_iid\x18\n \x01(\x04H\x00\x12\x0e\n\x04name\x18\x17 \x01(\tH\x00\x12\x35\n\x11\x64\x65\x62ug_annotations\x18\x04 \x03(\x0b\x32\x1a.profinfer.DebugAnnotation\x12\x10\n\x08\x66low_ids\x18/ \x03(\x06\x12\x1c\n\x14terminating_flow_ids\x18\x30 \x03(\x06\x12\x17\n\rcounter_value\x18\x1e \x01(\x03H\x01\x12\x1e\n\x14\x64ouble_counter_value\x18, \x01(\x01H\x01\x12!\n\x19\x65xtra_counter_track_uuids\x18\x1f \x03(\x04\x12\x1c\n\x14\x65xtra_counter_values\x18\x0c \x03(\x03\"j\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10TYPE_SLICE_BEGIN\x10\x01\x12\x12\n\x0eTYPE_SLICE_END\x10\x02\x12\x10\n\x0cTYPE_INSTANT\x10\x03\x12\x10\n\x0cTYPE_COUNTER\x10\x04\x42\x0c\n\nname_fieldB\x15\n\x13\x63ounter_value_field\"\xd9\x01\n\x0f\x44\x65\x62ugAnnotation\x12\x12\n\x08name_iid\x18\x01 \x01(\x04H\x00\x12\x0e\n\x04name\x18\n \x01(\tH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x01\x12\x14\n\nuint_value\x18\x03 \x01(\x04H\x01\x12\x13\n\tint_value\x18\x04 \x01(\x03H\x01\x12\x16\n\x0c\x64ouble_value\x18\x05 \x01(\x01H\x01\x12\x16\n\x0cstring_value\x18\x06 \x01(\tH\x01\x12\x1a\n\x10string_value_iid\x18\x11 \x01(\x04H\x01\x42\x0c\n\nname_fieldB\x07\n\x05value\"\xfe\x01\n\x0fTrackDescriptor\x12\x0c\n\x04uuid\x18\x01 \x01(\x04\x12\x13\n\x0bparent_uuid\x18\x05 \x01(\x04\x12\x0e\n\x04name\x18\x02 \x01(\tH\x00\x12\x13\n\x0b\x64\x65scription\x18\x0e \x01(\t\x12-\n\x07process\x18\x03 \x01(\x0b\x32\x1c.profinfer.ProcessDescriptor\x12+\n\x06thread\x18\x04 \x01(\x0b\x32\x1b.profinfer.ThreadDescriptor\x12-\n\x07\x63ounter\x18\x08 \x01(\x0b\x32\x1c.profinfer.CounterDescriptorB\x18\n\x16static_or_dynamic_name\"G\n\x11ProcessDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63mdline\x18\x02 \x03(\t\x12\x14\n\x0cprocess_name\x18\x06 \x01(\t\"A\n\x10ThreadDescriptor\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0b\n\x03tid\x18\x02 \x01(\x03\x12\x13\n\x0bthread_name\x18\x05 \x01(\t\"\xc4\x01\n\x11\x43ounterDescriptor\x12/\n\x04unit\x18\x03 \x01(\x0e\x32!.profinfer.CounterDescriptor.Unit\x12\x11\n\tunit_name\x18\x06 \x01(\t\x12\x16\n\x0eis_incremental\x18\x05 \x01(\x08\"S\n\x04Unit\x12\x14\n\x10UNIT_UNSPECIFIED\x10\x00\x12\x10\n\x0cUNIT_TIME_NS\x10\x01\x12\x0e\n\nUNIT_COUNT\x10\x02\x12\x13\n\x0fUNIT_SIZE_BYTES\x10\x03\"\xbc\x01\n\x0cInternedData\x12)\n\x0b\x65vent_names\x18\x02 \x03(\x0b\x32\x14.profinfer.EventName\x12>\n\x16\x64\x65\x62ug_annotation_names\x18\x03 \x03(\x0b\x32\x1e.profinfer.DebugAnnotationName\x12\x41\n\x1e\x64\x65\x62ug_annotation_string_values\x18\x1d \x03(\x0b\x32\x19.profinfer.InternedString\"&\n\tEventName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"0\n\x13\x44\x65\x62ugAnnotationName\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\"*\n\x0eInternedString\x12\x0b\n\x03iid\x18\x01 \x01(\x04\x12\x0b\n\x03str\x18\x02 \x01(\x0c')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRACE']._serialized_start=36
   _globals['_TRACE']._serialized_end=83
   _globals['_TRACEPACKET']._serialized_start=86
-  _globals['_TRACEPACKET']._serialized_end=550
-  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_start=399
-  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_end=503
-  _globals['_TRACKEVENT']._serialized_start=553
-  _globals['_TRACKEVENT']._serialized_end=1033
-  _globals['_TRACKEVENT_TYPE']._serialized_start=890
-  _globals['_TRACKEVENT_TYPE']._serialized_end=996
-  _globals['_DEBUGANNOTATION']._serialized_start=1036
-  _globals['_DEBUGANNOTATION']._serialized_end=1253
-  _globals['_TRACKDESCRIPTOR']._serialized_start=1256
-  _globals['_TRACKDESCRIPTOR']._serialized_end=1510
-  _globals['_PROCESSDESCRIPTOR']._serialized_start=1512
-  _globals['_PROCESSDESCRIPTOR']._serialized_end=1583
-  _globals['_THREADDESCRIPTOR']._serialized_start=1585
-  _globals['_THREADDESCRIPTOR']._serialized_end=1650
-  _globals['_COUNTERDESCRIPTOR']._serialized_start=1653
-  _globals['_COUNTERDESCRIPTOR']._serialized_end=1849
-  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_start=1766
-  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_end=1849
-  _globals['_INTERNEDDATA']._serialized_start=1852
-  _globals['_INTERNEDDATA']._serialized_end=2040
-  _globals['_EVENTNAME']._serialized_start=2042
-  _globals['_EVENTNAME']._serialized_end=2080
-  _globals['_DEBUGANNOTATIONNAME']._serialized_start=2082
-  _globals['_DEBUGANNOTATIONNAME']._serialized_end=2130
-  _globals['_INTERNEDSTRING']._serialized_start=2132
-  _globals['_INTERNEDSTRING']._serialized_end=2174
+  _globals['_TRACEPACKET']._serialized_end=723
+  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_start=572
+  _globals['_TRACEPACKET_SEQUENCEFLAGS']._serialized_end=676
+  _globals['_TRACEPACKETDEFAULTS']._serialized_start=725
+  _globals['_TRACEPACKETDEFAULTS']._serialized_end=835
+  _globals['_TRACKEVENTDEFAULTS']._serialized_start=837
+  _globals['_TRACKEVENTDEFAULTS']._serialized_end=912
+  _globals['_CLOCKSNAPSHOT']._serialized_start=915
+  _globals['_CLOCKSNAPSHOT']._serialized_end=1092
+  _globals['_CLOCKSNAPSHOT_CLOCK']._serialized_start=980
+  _globals['_CLOCKSNAPSHOT_CLOCK']._serialized_end=1092
+  _globals['_CLOCKSNAPSHOT_CLOCK_BUILTINCLOCKS']._serialized_start=1050
+  _globals['_CLOCKSNAPSHOT_CLOCK_BUILTINCLOCKS']._serialized_end=1092
+  _globals['_TRACKEVENT']._serialized_start=1095
+  _globals['_TRACKEVENT']._serialized_end=1575
+  _globals['_TRACKEVENT_TYPE']._serialized_start=1432
+  _globals['_TRACKEVENT_TYPE']._serialized_end=1538
+  _globals['_DEBUGANNOTATION']._serialized_start=1578
+  _globals['_DEBUGANNOTATION']._serialized_end=1795
+  _globals['_TRACKDESCRIPTOR']._serialized_start=1798
+  _globals['_TRACKDESCRIPTOR']._serialized_end=2052
+  _globals['_PROCESSDESCRIPTOR']._serialized_start=2054
+  _globals['_PROCESSDESCRIPTOR']._serialized_end=2125
+  _globals['_THREADDESCRIPTOR']._serialized_start=2127
+  _globals['_THREADDESCRIPTOR']._serialized_end=2192
+  _globals['_COUNTERDESCRIPTOR']._serialized_start=2195
+  _globals['_COUNTERDESCRIPTOR']._serialized_end=2391
+  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_start=2308
+  _globals['_COUNTERDESCRIPTOR_UNIT']._serialized_end=2391
+  _globals['_INTERNEDDATA']._serialized_start=2394
+  _globals['_INTERNEDDATA']._serialized_end=2582
+  _globals['_EVENTNAME']._serialized_start=2584
+  _globals['_EVENTNAME']._serialized_end=2622
+  _globals['_DEBUGANNOTATIONNAME']._serialized_start=2624
+  _globals['_DEBUGANNOTATIONNAME']._serialized_end=2672
+  _globals['_INTERNEDSTRING']._serialized_start=2674
+  _globals['_INTERNEDSTRING']._serialized_end=2716
 # @@protoc_insertion_point(module_scope)

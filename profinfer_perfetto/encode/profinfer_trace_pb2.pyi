@@ -14,7 +14,7 @@ class Trace(_message.Message):
     def __init__(self, packet: _Optional[_Iterable[_Union[TracePacket, _Mapping]]] = ...) -> None: ...
 
 class TracePacket(_message.Message):
-    __slots__ = ("timestamp", "trusted_packet_sequence_id", "interned_data", "sequence_flags", "first_packet_on_sequence", "previous_packet_dropped", "track_event", "track_descriptor")
+    __slots__ = ("timestamp", "timestamp_clock_id", "trusted_packet_sequence_id", "interned_data", "sequence_flags", "first_packet_on_sequence", "previous_packet_dropped", "trace_packet_defaults", "track_event", "track_descriptor", "clock_snapshot", "compressed_packets")
     class SequenceFlags(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SEQ_UNSPECIFIED: _ClassVar[TracePacket.SequenceFlags]
@@ -24,22 +24,67 @@ class TracePacket(_message.Message):
     SEQ_INCREMENTAL_STATE_CLEARED: TracePacket.SequenceFlags
     SEQ_NEEDS_INCREMENTAL_STATE: TracePacket.SequenceFlags
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_CLOCK_ID_FIELD_NUMBER: _ClassVar[int]
     TRUSTED_PACKET_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     INTERNED_DATA_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FLAGS_FIELD_NUMBER: _ClassVar[int]
     FIRST_PACKET_ON_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_PACKET_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    TRACE_PACKET_DEFAULTS_FIELD_NUMBER: _ClassVar[int]
     TRACK_EVENT_FIELD_NUMBER: _ClassVar[int]
     TRACK_DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSED_PACKETS_FIELD_NUMBER: _ClassVar[int]
     timestamp: int
+    timestamp_clock_id: int
     trusted_packet_sequence_id: int
     interned_data: InternedData
     sequence_flags: int
     first_packet_on_sequence: bool
     previous_packet_dropped: int
+    trace_packet_defaults: TracePacketDefaults
     track_event: TrackEvent
     track_descriptor: TrackDescriptor
-    def __init__(self, timestamp: _Optional[int] = ..., trusted_packet_sequence_id: _Optional[int] = ..., interned_data: _Optional[_Union[InternedData, _Mapping]] = ..., sequence_flags: _Optional[int] = ..., first_packet_on_sequence: _Optional[bool] = ..., previous_packet_dropped: _Optional[int] = ..., track_event: _Optional[_Union[TrackEvent, _Mapping]] = ..., track_descriptor: _Optional[_Union[TrackDescriptor, _Mapping]] = ...) -> None: ...
+    clock_snapshot: ClockSnapshot
+    compressed_packets: bytes
+    def __init__(self, timestamp: _Optional[int] = ..., timestamp_clock_id: _Optional[int] = ..., trusted_packet_sequence_id: _Optional[int] = ..., interned_data: _Optional[_Union[InternedData, _Mapping]] = ..., sequence_flags: _Optional[int] = ..., first_packet_on_sequence: _Optional[bool] = ..., previous_packet_dropped: _Optional[int] = ..., trace_packet_defaults: _Optional[_Union[TracePacketDefaults, _Mapping]] = ..., track_event: _Optional[_Union[TrackEvent, _Mapping]] = ..., track_descriptor: _Optional[_Union[TrackDescriptor, _Mapping]] = ..., clock_snapshot: _Optional[_Union[ClockSnapshot, _Mapping]] = ..., compressed_packets: _Optional[bytes] = ...) -> None: ...
+
+class TracePacketDefaults(_message.Message):
+    __slots__ = ("timestamp_clock_id", "track_event_defaults")
+    TIMESTAMP_CLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_EVENT_DEFAULTS_FIELD_NUMBER: _ClassVar[int]
+    timestamp_clock_id: int
+    track_event_defaults: TrackEventDefaults
+    def __init__(self, timestamp_clock_id: _Optional[int] = ..., track_event_defaults: _Optional[_Union[TrackEventDefaults, _Mapping]] = ...) -> None: ...
+
+class TrackEventDefaults(_message.Message):
+    __slots__ = ("track_uuid", "extra_counter_track_uuids")
+    TRACK_UUID_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_COUNTER_TRACK_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    track_uuid: int
+    extra_counter_track_uuids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, track_uuid: _Optional[int] = ..., extra_counter_track_uuids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ClockSnapshot(_message.Message):
+    __slots__ = ("clocks",)
+    class Clock(_message.Message):
+        __slots__ = ("clock_id", "timestamp", "is_incremental")
+        class BuiltinClocks(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+            __slots__ = ()
+            UNKNOWN: _ClassVar[ClockSnapshot.Clock.BuiltinClocks]
+            BOOTTIME: _ClassVar[ClockSnapshot.Clock.BuiltinClocks]
+        UNKNOWN: ClockSnapshot.Clock.BuiltinClocks
+        BOOTTIME: ClockSnapshot.Clock.BuiltinClocks
+        CLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+        TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+        IS_INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
+        clock_id: int
+        timestamp: int
+        is_incremental: bool
+        def __init__(self, clock_id: _Optional[int] = ..., timestamp: _Optional[int] = ..., is_incremental: _Optional[bool] = ...) -> None: ...
+    CLOCKS_FIELD_NUMBER: _ClassVar[int]
+    clocks: _containers.RepeatedCompositeFieldContainer[ClockSnapshot.Clock]
+    def __init__(self, clocks: _Optional[_Iterable[_Union[ClockSnapshot.Clock, _Mapping]]] = ...) -> None: ...
 
 class TrackEvent(_message.Message):
     __slots__ = ("type", "track_uuid", "name_iid", "name", "debug_annotations", "flow_ids", "terminating_flow_ids", "counter_value", "double_counter_value", "extra_counter_track_uuids", "extra_counter_values")

@@ -11,6 +11,8 @@ per distinct set of annotations.
 from __future__ import annotations
 
 import sqlite3
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +42,45 @@ _END = pb.TrackEvent.TYPE_SLICE_END
 _INSTANT = pb.TrackEvent.TYPE_INSTANT
 _COUNTER = pb.TrackEvent.TYPE_COUNTER
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_BOOTTIME = pb.ClockSnapshot.Clock.BOOTTIME
 
 
 class _Sequence:
-    """Interned strings of one trusted packet sequence."""
+    """The incremental state of one trusted packet sequence: interned strings, packet
+    defaults and sequence-scoped clocks."""
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
         self.arg_names: dict[int, str] = {}
         self.arg_values: dict[int, str] = {}
+        self.clock_id = _BOOTTIME
+        self.track_uuid = 0
+        self.counter_uuids: list[int] = []
+        self.clocks: dict[int, list[int]] = {}
+        """Incremental clock id -> [its last value, BOOTTIME minus its value]."""
+
+    def defaults(self, d: Any) -> None:
+        self.clock_id = d.timestamp_clock_id or _BOOTTIME
+        self.track_uuid = d.track_event_defaults.track_uuid
+        self.counter_uuids = list(d.track_event_defaults.extra_counter_track_uuids)
+
+    def snapshot(self, snapshot: Any) -> None:
+        boot = next((c.timestamp for c in snapshot.clocks if c.clock_id == _BOOTTIME), None)
+        for c in snapshot.clocks:
+            if c.is_incremental and boot is not None:
+                self.clocks[c.clock_id] = [c.timestamp, boot - c.timestamp]
+
+    def time(self, packet: Any) -> int:
+        """A packet's timestamp in BOOTTIME ns."""
+        clock_id = packet.timestamp_clock_id or self.clock_id
+        clock = self.clocks.get(clock_id)
+        if clock is None:
+            if clock_id != _BOOTTIME:
+                raise ProfinferError(f"a packet uses clock {clock_id}, which the trace never "
+                                     "relates to CLOCK_BOOTTIME")
+            return int(packet.timestamp)
+        clock[0] += packet.timestamp
+        return clock[0] + clock[1]
 
     def intern(self, data: Any) -> None:
         self.names.update((n.iid, n.name) for n in data.event_names)
@@ -128,7 +160,7 @@ class _Importer:
         return arg_set_id
 
     def event(self, ts: int, e: Any, seq: _Sequence) -> None:
-        track = self.tracks.get(e.track_uuid)
+        track = self.tracks.get(e.track_uuid or seq.track_uuid)
         if track is None:
             return
         kind = e.type
@@ -159,8 +191,8 @@ class _Importer:
                 e.counter_value
             self.counters.append((ts, value, track))
         if e.extra_counter_values:
-            for uuid, value in zip(e.extra_counter_track_uuids, e.extra_counter_values,
-                                   strict=False):
+            for uuid, value in zip(e.extra_counter_track_uuids or seq.counter_uuids,
+                                   e.extra_counter_values, strict=False):
                 counter_track = self.tracks.get(uuid)
                 if counter_track is not None:
                     self.counters.append((ts, float(value), counter_track))
@@ -182,24 +214,38 @@ class _Importer:
         db.commit()
 
 
+def _packets(data: bytes, path: Path) -> Iterator[Any]:
+    """The packets of a serialized trace, compressed ones expanded in place."""
+    trace = pb.Trace()
+    try:
+        trace.ParseFromString(data)
+    except DecodeError:
+        raise ProfinferError(f"{path} is not a Perfetto trace (it does not parse as one)") from None
+    for packet in trace.packet:
+        if packet.HasField("compressed_packets"):
+            try:
+                inner = zlib.decompress(packet.compressed_packets)
+            except zlib.error:
+                raise ProfinferError(f"{path} is corrupt (a compressed chunk does not "
+                                     "decompress)") from None
+            yield from _packets(inner, path)
+        else:
+            yield packet
+
+
 def load(path: Path) -> sqlite3.Connection:
     """Import a Perfetto TrackEvent trace into a new in-memory SQLite database."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ProfinferError(f"cannot read {path}: {exc.strerror}") from None
-    trace = pb.Trace()
-    try:
-        trace.ParseFromString(data)
-    except DecodeError:
-        raise ProfinferError(f"{path} is not a Perfetto trace (it does not parse as one)") from None
     importer = _Importer()
     sequences: dict[int, _Sequence] = {}
     events = 0
     event = importer.event
     seq = _Sequence()
     seq_id = None
-    for packet in trace.packet:
+    for packet in _packets(data, path):
         if packet.trusted_packet_sequence_id != seq_id or packet.sequence_flags & _CLEARED:
             seq_id = packet.trusted_packet_sequence_id
             if packet.sequence_flags & _CLEARED or seq_id not in sequences:
@@ -207,11 +253,15 @@ def load(path: Path) -> sqlite3.Connection:
             seq = sequences[seq_id]
         if packet.HasField("interned_data"):
             seq.intern(packet.interned_data)
+        if packet.HasField("trace_packet_defaults"):
+            seq.defaults(packet.trace_packet_defaults)
         if packet.HasField("track_event"):
             events += 1
-            event(packet.timestamp, packet.track_event, seq)
+            event(seq.time(packet), packet.track_event, seq)
         elif packet.HasField("track_descriptor"):
             importer.descriptor(packet.track_descriptor)
+        elif packet.HasField("clock_snapshot"):
+            seq.snapshot(packet.clock_snapshot)
     if not importer.track_rows and not events:
         raise ProfinferError(f"{path} holds no track events: is it a profinfer-perfetto trace?")
     db = sqlite3.connect(":memory:")

@@ -1,0 +1,125 @@
+"""Protobuf wire format for many messages at once, with numpy: no Python object per message.
+
+A message is a row of byte pieces (a field's tag and value, or a pre-serialized blob); each
+piece has, per row, a start in a source buffer and a length (0 leaves it out). `Pieces.render`
+concatenates every row's pieces in one gather.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+WIRE_VARINT, WIRE_FIXED64, WIRE_BYTES = 0, 1, 2
+
+
+def varint(n: int) -> bytes:
+    """One varint; negative numbers as their two's complement (10 bytes), as protobuf does."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def tag(message: Any, name: str) -> bytes:
+    """The wire tag of a field of a generated message class."""
+    f = message.DESCRIPTOR.fields_by_name[name]
+    wire = {f.TYPE_DOUBLE: WIRE_FIXED64, f.TYPE_FIXED64: WIRE_FIXED64, f.TYPE_MESSAGE: WIRE_BYTES,
+            f.TYPE_STRING: WIRE_BYTES, f.TYPE_BYTES: WIRE_BYTES}.get(f.type, WIRE_VARINT)
+    return varint(f.number << 3 | wire)
+
+
+def field(field_tag: bytes, body: bytes) -> bytes:
+    """A length-delimited field."""
+    return field_tag + varint(len(body)) + body
+
+
+def varints(values: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Each value as a varint: a (n, 10) byte matrix, left-aligned, and each one's length."""
+    rest = np.asarray(values).astype(np.int64).view(np.uint64).copy()
+    out = np.zeros((len(rest), 10), np.uint8)
+    length = np.ones(len(rest), np.int64)
+    for i in range(10):
+        low = (rest & np.uint64(0x7F)).astype(np.uint8)
+        rest >>= np.uint64(7)
+        more = rest != 0
+        out[:, i] = low | (more.astype(np.uint8) << 7)
+        if not more.any():
+            break
+        length += more
+    return out, length
+
+
+def varint_sizes(values: npt.ArrayLike) -> np.ndarray:
+    """How many bytes each value takes as a varint."""
+    v = np.asarray(values).astype(np.int64).view(np.uint64)
+    size = np.ones(len(v), np.int64)
+    for bits in range(7, 64, 7):
+        size += v >= np.uint64(1 << bits)
+    return size
+
+
+class Pieces:
+    """The byte pieces of `rows` messages, in field order."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self._pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, source: np.ndarray, start: npt.ArrayLike, length: npt.ArrayLike,
+            front: bool = False) -> None:
+        """Bytes `source[start:start + length]` on each row (length 0: none)."""
+        piece = (source, np.broadcast_to(np.asarray(start, np.int64), self.rows),
+                 np.broadcast_to(np.asarray(length, np.int64), self.rows))
+        if front:
+            self._pieces.insert(0, piece)
+        else:
+            self._pieces.append(piece)
+
+    def constant(self, data: bytes, on: npt.ArrayLike = True, front: bool = False) -> None:
+        self.add(np.frombuffer(data, np.uint8), 0, np.where(on, len(data), 0), front)
+
+    def varint(self, field_tag: bytes, values: npt.ArrayLike, on: npt.ArrayLike = True,
+               front: bool = False) -> None:
+        """A varint field (no tag for b"")."""
+        matrix, length = varints(np.broadcast_to(np.asarray(values), self.rows))
+        if field_tag:
+            head = np.broadcast_to(np.frombuffer(field_tag, np.uint8), (self.rows, len(field_tag)))
+            matrix, length = np.hstack([head, matrix]), length + len(field_tag)
+        width = matrix.shape[1]
+        self.add(matrix.ravel(), np.arange(self.rows) * width, np.where(on, length, 0), front)
+
+    def fixed64(self, field_tag: bytes, values: np.ndarray, on: npt.ArrayLike) -> None:
+        """A fixed64 or double field; `values` are 8-byte numbers."""
+        raw = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"))
+        head = np.broadcast_to(np.frombuffer(field_tag, np.uint8), (self.rows, len(field_tag)))
+        matrix = np.hstack([head, raw.view(np.uint8).reshape(-1, 8)])
+        width = matrix.shape[1]
+        self.add(matrix.ravel(), np.arange(self.rows) * width, np.where(on, width, 0))
+
+    def sizes(self) -> np.ndarray:
+        """Each row's length so far."""
+        total = np.zeros(self.rows, np.int64)
+        for _, _, length in self._pieces:
+            total += length
+        return total
+
+    def render(self) -> tuple[np.ndarray, np.ndarray]:
+        """All rows' bytes back to back, and where each row ends."""
+        bases = np.cumsum([0] + [len(p[0]) for p in self._pieces[:-1]])
+        source = np.concatenate([p[0] for p in self._pieces])
+        start = np.empty((self.rows, len(self._pieces)), np.int32)
+        length = np.empty((self.rows, len(self._pieces)), np.int32)
+        for i, (p, base) in enumerate(zip(self._pieces, bases, strict=True)):
+            start[:, i] = p[1] + base
+            length[:, i] = p[2]
+        seg_length = length.ravel()
+        seg_shift = start.ravel() - (np.cumsum(seg_length, dtype=np.int32) - seg_length)
+        index = np.repeat(seg_shift, seg_length)
+        index += np.arange(len(index), dtype=np.int32)
+        return source[index], np.cumsum(length.sum(1, dtype=np.int64))
