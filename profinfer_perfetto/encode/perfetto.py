@@ -16,6 +16,8 @@ ui.perfetto.dev expand on load.
 from __future__ import annotations
 
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO
 
@@ -153,9 +155,13 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
     heads = len(layout.tracks) + len(sequences.default_track)
 
     events = _Events(layout, sequences, uuids, arg_blobs, counter_iids, t0)
-    for start in range(0, len(layout), CHUNK_ROWS):
-        chunk = events.render(start, min(start + CHUNK_ROWS, len(layout)))
-        out.write(field(_PACKET, field(_COMPRESSED, zlib.compress(chunk, COMPRESSION_LEVEL))))
+    pending: deque[Future[bytes]] = deque()
+    with ThreadPoolExecutor(2) as pool:  # zlib works without the GIL, beside the rendering
+        for start in range(0, len(layout), CHUNK_ROWS):
+            chunk = events.render(start, min(start + CHUNK_ROWS, len(layout)))
+            pending.append(pool.submit(zlib.compress, chunk, COMPRESSION_LEVEL))
+            while pending and (len(pending) > 2 or start + CHUNK_ROWS >= len(layout)):
+                out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
     return heads + len(layout)
 
 
