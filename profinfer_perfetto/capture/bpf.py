@@ -227,6 +227,32 @@ def _attach_uprobe_fn() -> Any:
     return fn
 
 
+_SYS_BPF = {"x86_64": 321, "aarch64": 280}
+_BPF_ENABLE_STATS = 32
+_BPF_STATS_RUN_TIME = 0
+
+
+def _enable_run_time_stats() -> int | None:
+    """Have the kernel time every BPF program run while the returned fd is open
+    (BPF_ENABLE_STATS, Linux 5.8+); None where it cannot."""
+    number = _SYS_BPF.get(platform.machine())
+    if number is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = ctypes.c_uint32(_BPF_STATS_RUN_TIME)
+    fd = libc.syscall(number, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
+    return fd if fd >= 0 else None
+
+
+@dataclass(frozen=True)
+class ProbeCost:
+    """What one BPF program of ours cost: its runs and their summed time (kernel-measured,
+    without the uprobe trap around each run)."""
+
+    runs: int
+    ns: int
+
+
 class ProbeSession:
     """The loaded program, its uprobes on one process and the readers of its rings."""
 
@@ -259,6 +285,7 @@ class ProbeSession:
                 table[table.Key(op)] = table.Leaf(1)
         self._attach = _attach_uprobe_fn()
         self._attached: dict[Probe, bytes] = {}
+        self._stats_fd = _enable_run_time_stats()
 
     def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
         for probe in probes:
@@ -311,7 +338,23 @@ class ProbeSession:
     def read(self) -> tuple[np.ndarray, np.ndarray]:
         return self.events.read(), self.nodes.read()
 
+    def costs(self) -> dict[str, ProbeCost]:
+        """Per BPF program that ran: runs and time, from its fdinfo (empty without stats)."""
+        costs = {}
+        for name, fn in self._bpf.funcs.items():
+            try:
+                info = Path(f"/proc/self/fdinfo/{fn.fd}").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":\t", 1) for line in info.splitlines() if ":\t" in line)
+            runs = int(fields.get("run_cnt", "0"))
+            if runs:
+                costs[name.decode()] = ProbeCost(runs, int(fields.get("run_time_ns", "0")))
+        return costs
+
     def close(self) -> None:
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)
         self.events.close()
         self.nodes.close()
         self._bpf.cleanup()

@@ -20,7 +20,13 @@ from types import FrameType
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.bpf import ProbeSession, RingSizes, Selection, program_text
+from profinfer_perfetto.capture.bpf import (
+    ProbeCost,
+    ProbeSession,
+    RingSizes,
+    Selection,
+    program_text,
+)
 from profinfer_perfetto.capture.events import EVENT, NODE
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.target import ProbePlan
@@ -52,6 +58,8 @@ class Run:
     """CPU time the recorder itself spent while capturing (draining the rings)."""
     aggregate: bool = False
     """Ops were summed in BPF (--aggregate): see Recording.op_stats, there are no op events."""
+    probe_costs: dict[str, ProbeCost] = field(default_factory=dict)
+    """BPF program -> its runs and time in the kernel, when the kernel keeps BPF stats."""
 
     @property
     def complete(self) -> bool:
@@ -262,6 +270,7 @@ def record(
         end = boot_ns()
         recorder_cpu = time.process_time() - cpu_at_begin
         lost_events, lost_nodes = session.lost()
+        probe_costs = session.costs()
     run = Run(
         ggml=probe_plan.ggml,
         pid=pid,
@@ -278,6 +287,7 @@ def record(
             "--no-barriers: an op lasts until its thread's next op, barrier wait included"]),
         recorder_cpu_s=round(recorder_cpu, 3),
         aggregate=selection.aggregate,
+        probe_costs=probe_costs,
     )
     return Recording(
         events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),

@@ -94,6 +94,10 @@ def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
         f"  recorder CPU {model.run.recorder_cpu_s:.2f} s over "
         f"{(model.run.end_ns - model.run.begin_ns) / 1e9:.2f} s of capture",
     ]
+    if model.run.probe_costs:
+        lines.append("  BPF time per probe run (kernel-timed, traps not included): " + ", ".join(
+            f"{fn} {c.runs} runs at {c.ns / c.runs:.0f} ns"
+            for fn, c in sorted(model.run.probe_costs.items())))
     lines += [f"  note: {note}" for note in model.run.notes]
     if model.run.aggregate:
         lines += _aggregate_table(model)

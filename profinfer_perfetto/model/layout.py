@@ -388,5 +388,8 @@ def _recording_args(model: TraceModel) -> Args:
         ("counters", ",".join(model.run.counters)),
         ("command", " ".join(model.run.cmdline)),
     ]
+    for fn, cost in sorted(model.run.probe_costs.items()):
+        args += [(f"probe.{fn}.runs", cost.runs),
+                 (f"probe.{fn}.ns_per_run", round(cost.ns / cost.runs))]
     args += [(f"note{i}", note) for i, note in enumerate(model.run.notes)]
     return tuple(args)

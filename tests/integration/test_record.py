@@ -99,6 +99,11 @@ def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
     ops = op_slices(trace)
     assert len(ops) == counts["ops"] + counts.get("fused", 0)
     assert counts.get("fused", 0) > 0
+    # What the probes cost, timed by the kernel: one run per op event, a positive time each.
+    assert rec.args["probe.op_begin.runs"] == counts["ops"]
+    assert rec.args["probe.fused_op_begin.runs"] == counts["fused"]
+    assert rec.args["probe.barrier_enter.runs"] >= len(ops)
+    assert 0 < rec.args["probe.op_begin.ns_per_run"] < 1_000_000
 
     # Token steps: one prefill of the prompt, then one decode per generated token.
     steps = [s for s in trace.slices if s.name in ("prefill", "decode")]
