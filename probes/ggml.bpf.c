@@ -16,6 +16,8 @@
 //   MAX_CPUS         size of the perf event arrays
 //   GATED            1: ops and graphs are traced only in chosen token steps, from FIRST_STEP
 //                    (inclusive) to LAST_STEP (exclusive, 0 = no end), every SAMPLE_EVERY-th
+//   DETACH           1: the op probes come and go with the chosen steps (a `steer` record
+//                    wakes the recorder when they should)
 //   OP_FILTER        1: only ops whose op id is set in `op_traced`, or whose tensor name starts
 //                    with NAME_PREFIX (NAME_PREFIX_LEN bytes, 0 = no name pattern)
 //   REFRESH_EVERY    a node is described again only when its bytes changed, or at every
@@ -98,6 +100,17 @@ BPF_ARRAY(gate, struct gate, 1);
 // Set by the recorder while the op probes are attached. Its own map: the recorder writes it
 // whole without racing the step counter that the probes advance in `gate`.
 BPF_ARRAY(armed, u64, 1);
+
+// Whether token step `step` (0-based) is one of the chosen ones.
+static __always_inline int chosen(u64 step) {
+    return step >= FIRST_STEP && (LAST_STEP == 0 || step < LAST_STEP)
+           && (step - FIRST_STEP) % SAMPLE_EVERY == 0;
+}
+#endif
+#if DETACH
+// With --detach the recorder attaches the op probes only while a chosen step runs or is next.
+// It sleeps until a token begin writes here (with a wakeup) that they should come or go.
+BPF_RINGBUF_OUTPUT(steer, 1);
 #endif
 #if AGGREGATE
 #define HIST_BUCKETS 32
@@ -445,8 +458,12 @@ static __always_inline int token_begin(u32 entry, s64 n_tokens) {
     u64 *on = armed.lookup(&zero);
     if (g) {
         u64 step = g->step++;
-        g->tracing = on && *on && step >= FIRST_STEP && (LAST_STEP == 0 || step < LAST_STEP)
-                     && (step - FIRST_STEP) % SAMPLE_EVERY == 0;
+        int attached = on && *on;
+        g->tracing = attached && chosen(step);
+#if DETACH
+        if ((chosen(step) || chosen(step + 1)) != attached)
+            steer.ringbuf_output(&step, sizeof(step), BPF_RB_FORCE_WAKEUP);
+#endif
     }
 #endif
     struct event *e = begin_event(EV_TOKEN_BEGIN);

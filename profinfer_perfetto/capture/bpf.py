@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import select
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -162,6 +163,7 @@ def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
         "NODE_PAGES": rings.node_pages,
         "MAX_CPUS": os.cpu_count() or 1,
         "GATED": int(selection.gated),
+        "DETACH": int(selection.detach),
         "FIRST_STEP": selection.first,
         "LAST_STEP": selection.last,
         "SAMPLE_EVERY": selection.every,
@@ -257,7 +259,7 @@ class ProbeSession:
     """The loaded program, its uprobes on one process and the readers of its rings."""
 
     def __init__(self, text: str, counters: list[str], rings: RingSizes,
-                 traced_ops: list[int] | None = None) -> None:
+                 traced_ops: list[int] | None = None, steered: bool = False) -> None:
         bcc = _import_bcc()
         self._counters = counters
         configs = [counter_config(c) for c in counters]
@@ -279,6 +281,12 @@ class ProbeSession:
         page = os.sysconf("SC_PAGE_SIZE")
         self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
         self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
+        self._steer: RingReader | None = None
+        self._steer_poll = select.poll()
+        if steered:
+            fd = self._bpf[b"steer"].map_fd
+            self._steer = RingReader(fd, page, np.dtype("<u8"))
+            self._steer_poll.register(fd, select.POLLIN)
         if traced_ops:
             table = self._bpf[b"op_traced"]
             for op in traced_ops:
@@ -326,6 +334,12 @@ class ProbeSession:
         """Token steps begun so far, and whether the op probes count as attached."""
         return int(self._bpf[b"gate"][0].step), bool(self._bpf[b"armed"][0].value)
 
+    def wait_for_steer(self, timeout_s: float) -> None:
+        """With --detach: sleep until a token begin says the op probes should come or go."""
+        self._steer_poll.poll(timeout_s * 1000)
+        if self._steer is not None:
+            self._steer.read()
+
     def arm(self, armed: bool) -> None:
         table = self._bpf[b"armed"]
         table[table.Key(0)] = table.Leaf(int(armed))
@@ -357,6 +371,8 @@ class ProbeSession:
             os.close(self._stats_fd)
         self.events.close()
         self.nodes.close()
+        if self._steer is not None:
+            self._steer.close()
         self._bpf.cleanup()
 
     def __enter__(self) -> ProbeSession:

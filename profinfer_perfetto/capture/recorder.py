@@ -33,7 +33,8 @@ from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.errors import ProfinferError
 
 DRAIN_INTERVAL_S = 0.1
-DETACH_POLL_S = 0.002
+STEER_WAIT_S = 0.2
+"""--detach: the longest the steering thread sleeps before it looks whether to stop."""
 OP_PROBES = frozenset({"op_begin", "fused_op_begin", "barrier_enter"})
 
 
@@ -169,7 +170,8 @@ def record(
     node_chunks: list[np.ndarray] = []
     op_stats: list[tuple[int, np.ndarray]] = []
     threads: dict[int, str] = {}
-    with ProbeSession(text, list(request.counters), request.rings, traced_ops) as session, \
+    with ProbeSession(text, list(request.counters), request.rings, traced_ops,
+                      steered=selection.detach) as session, \
             _Stop() as stop:
         proc: subprocess.Popen[bytes] | None = None
         if request.command:
@@ -224,10 +226,12 @@ def record(
         def steer() -> None:
             """With --detach: op probes attached only while a chosen step runs or is next.
 
-            Runs in its own thread: detaching uprobes waits for the kernel (about 0.9 s for
-            the three op probes on Linux 6.18), so chosen steps closer than that can be missed.
+            Runs in its own thread, asleep until the probes ask for a change (or the capture
+            ends): detaching uprobes waits for the kernel (about 0.9 s for the three op probes
+            on Linux 6.18), so chosen steps closer than that can be missed.
             """
-            while not steering.wait(DETACH_POLL_S):
+            while not steering.is_set():
+                session.wait_for_steer(STEER_WAIT_S)
                 step, armed = session.gate()
                 want = selection.selected(step) or (step > 0 and selection.selected(step - 1))
                 if want and not armed:
