@@ -10,9 +10,13 @@ check   the regression gate's false positives: the same generation recorded 8 ti
         runs checked with the default rules against the first run, and against the first
         three pooled as one baseline.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
-        interleaved A B A B (5 pairs), for Gemma-3-270M and the medium random models at 1 and
-        2 threads (1-thread runs pinned to one CPU), full tracing, `--no-barriers` and
-        `--sample 32`: the median slowdown with a bootstrap interval, and the recorder's CPU.
+        interleaved A B A B (6 pairs), for Gemma-3-270M and the medium random models at 1 and
+        2 threads (1-thread runs: llama.cpp pinned to one CPU), full tracing, `--no-barriers`
+        and `--sample 256 --detach`: the median slowdown with a bootstrap interval, and the
+        recorder's CPU.
+steps   the same cost measured inside one run, where this VM's run-to-run noise cancels: with
+        `--sample 128 --detach` each traced decode step against the untraced steps just
+        before it, and the kernel-timed BPF cost per probe run.
 capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the default ring
         size, and the same run with tiny rings, where events are lost and counted.
 encoding  packets/s and bytes per op writing a real recording's trace, against a naive writer
@@ -156,8 +160,9 @@ def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str
     if record is not None:
         cmd = [sys.executable, "-m", "profinfer_perfetto", "record", "-o",
                str(CACHE / "overhead.pftrace"), *record, "--", *cmd]
-    if threads == 1:  # one vCPU for every run: this VM's two differ by ~25 % in speed
-        cmd = ["taskset", "-c", str(max(os.sched_getaffinity(0))), *cmd]
+    if threads == 1:  # llama.cpp on one vCPU for every run (this VM's two differ by ~25 %);
+        # the recorder stays free to run on the other
+        cmd += ["-C", hex(1 << max(os.sched_getaffinity(0))), "--cpu-strict", "1"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     doc, _, summary = out.partition("\nrecorded ")
     result = {("pp" if t["n_prompt"] else "tg"): float(t["avg_ts"]) for t in json.loads(doc)}
@@ -179,9 +184,13 @@ def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]
     return float(np.median(v)), float(low), float(high)
 
 
-def bench_overhead(pairs: int = 5) -> dict[str, Any]:
+MODES = {"full": [], "no barriers": ["--no-barriers"],
+         "sample 256, detach": ["--sample", "256", "--detach"]}
+
+
+def bench_overhead(pairs: int = 6) -> dict[str, Any]:
     CACHE.mkdir(parents=True, exist_ok=True)
-    modes = {"full": [], "no barriers": ["--no-barriers"], "sample 32": ["--sample", "32"]}
+    modes = MODES
     results: dict[str, Any] = {}
     for model in ("gemma-3-270m", "medium-llama", "medium-qwen3moe"):
         for threads in (1, 2):
@@ -203,6 +212,49 @@ def bench_overhead(pairs: int = 5) -> dict[str, Any]:
                 entry["events_lost"] = int(lost)
                 results[f"{model} t{threads} {mode}"] = entry
                 print(model, threads, mode, entry, flush=True)
+    return results
+
+
+def bench_traced_steps(every: int = 128, window: int = 16) -> dict[str, Any]:
+    """What tracing a decode step costs, measured inside one run: with `--sample N --detach`
+    the op probes are attached only around every N-th step, so each traced step is compared
+    with the median of the `window` untouched steps just before it (the probes come one step
+    ahead; the slow detach ends long before the next sample)."""
+    import subprocess
+    import sys
+
+    results: dict[str, Any] = {}
+    for model, tokens in (("gemma-3-270m", 1024), ("medium-llama", 640)):
+        for threads in (1, 2):
+            for mode, options in (("full", []), ("no barriers", ["--no-barriers"])):
+                out = CACHE / "steps.pftrace"
+                cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
+                       "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads),
+                       "-no-cnv", "--no-warmup", "--ignore-eos", "-s", "1"]
+                subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                                str(out), "--sample", str(every), "--detach", *options, "--",
+                                *cmd], check=True, capture_output=True)
+                with TraceQuery(out, "builtin") as q:
+                    steps = dict(q.sql("select step, dur from profinfer_step "
+                                       "where phase = 'decode'").rows)
+                    traced = [r[0] for r in q.sql("select distinct step from profinfer_op "
+                                                  "where phase = 'decode'").rows]
+                    costs = dict(q.sql("select substr(a.key, 7), a.int_value from slice s "
+                                       "join args a using (arg_set_id) where s.name = "
+                                       "'record' and a.key like 'debug.probe.%'").rows)
+                slowdown = []
+                for k in traced:
+                    before = [steps[j] for j in range(k - window - 1, k - 1) if j in steps]
+                    if len(before) == window:
+                        slowdown.append(steps[k] / float(np.median(before)) - 1)
+                results[f"{model} t{threads} {mode}"] = {
+                    "step_slowdown": [round(x, 4) for x in _median_ci(slowdown)],
+                    "traced_steps": len(slowdown),
+                    "median_step_ms": round(float(np.median(list(steps.values()))) / 1e6, 2),
+                    "probe_ns_per_run": {k.split(".")[1]: v for k, v in costs.items()
+                                         if k.endswith("ns_per_run")},
+                }
+                print(model, threads, mode, results[f"{model} t{threads} {mode}"], flush=True)
     return results
 
 
@@ -270,6 +322,7 @@ def bench_encoding() -> dict[str, Any]:
 
 BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "overhead": bench_overhead,
+    "steps": bench_traced_steps,
     "capacity": bench_capacity,
     "encoding": bench_encoding,
     "query": bench_query,
@@ -295,12 +348,18 @@ def markdown(results: dict[str, Any]) -> str:
                           str(q[e]["op_summary_s"])]
                          for e in ("builtin", "trace_processor") if e in q])
     if "overhead" in results:
-        lines += _table(["overhead (llama-bench pp32 tg64, 5 interleaved pairs)",
+        lines += _table(["overhead (llama-bench pp32 tg64, 6 interleaved pairs)",
                          "decode slowdown (median, 95 % CI)", "prefill slowdown",
                          "recorder CPU / capture time", "events lost"],
                         [[name, _ci(r["tg_slowdown"]), _ci(r["pp_slowdown"]),
                           f"{r['recorder_cpu_share']:.1%}", str(r["events_lost"])]
                          for name, r in results["overhead"].items()])
+    if "steps" in results:
+        lines += _table(["traced decode step vs the 16 untraced steps before it (one run)",
+                         "slowdown (median, 95 % CI)", "traced steps", "untraced step ms"],
+                        [[name, _ci(r["step_slowdown"]), str(r["traced_steps"]),
+                          str(r["median_step_ms"])]
+                         for name, r in results["steps"].items()])
     if "capacity" in results:
         lines += _table(["capacity (tiny-llama, 2 threads)", "events kept", "events/s",
                          "events lost", "node descriptors lost"],
