@@ -215,11 +215,17 @@ def bench_overhead(pairs: int = 6) -> dict[str, Any]:
     return results
 
 
+AFTER_SAMPLE = 30
+"""Steps after a sampled one that its probes' removal can still slow down."""
+
+
 def bench_traced_steps(every: int = 128, window: int = 16) -> dict[str, Any]:
     """What tracing a decode step costs, measured inside one run: with `--sample N --detach`
     the op probes are attached only around every N-th step, so each traced step is compared
     with the median of the `window` untouched steps just before it (the probes come one step
-    ahead; the slow detach ends long before the next sample)."""
+    ahead). A sample's whole cost is the extra time of the steps from the one before it to
+    AFTER_SAMPLE after it (attaching, tracing, removing the probes), in untraced steps; over
+    N steps that is the slowdown of `--sample N --detach`."""
     import subprocess
     import sys
 
@@ -242,15 +248,21 @@ def bench_traced_steps(every: int = 128, window: int = 16) -> dict[str, Any]:
                     costs = dict(q.sql("select substr(a.key, 7), a.int_value from slice s "
                                        "join args a using (arg_set_id) where s.name = "
                                        "'record' and a.key like 'debug.probe.%'").rows)
-                slowdown = []
+                slowdown, sample_cost = [], []
                 for k in traced:
                     before = [steps[j] for j in range(k - window - 1, k - 1) if j in steps]
-                    if len(before) == window:
-                        slowdown.append(steps[k] / float(np.median(before)) - 1)
+                    around = [steps[j] for j in range(k - 1, k + AFTER_SAMPLE) if j in steps]
+                    if len(before) == window and len(around) == AFTER_SAMPLE + 1:
+                        base = float(np.median(before))
+                        slowdown.append(steps[k] / base - 1)
+                        sample_cost.append(sum(around) / base - len(around))
+                cost = float(np.median(sample_cost))
                 results[f"{model} t{threads} {mode}"] = {
                     "step_slowdown": [round(x, 4) for x in _median_ci(slowdown)],
                     "traced_steps": len(slowdown),
                     "median_step_ms": round(float(np.median(list(steps.values()))) / 1e6, 2),
+                    "sample_cost_steps": round(cost, 2),
+                    "sample_256_slowdown": round(cost / 256, 4),
                     "probe_ns_per_run": {k.split(".")[1]: v for k, v in costs.items()
                                          if k.endswith("ns_per_run")},
                 }
@@ -356,9 +368,11 @@ def markdown(results: dict[str, Any]) -> str:
                          for name, r in results["overhead"].items()])
     if "steps" in results:
         lines += _table(["traced decode step vs the 16 untraced steps before it (one run)",
-                         "slowdown (median, 95 % CI)", "traced steps", "untraced step ms"],
+                         "slowdown (median, 95 % CI)", "traced steps", "untraced step ms",
+                         "a sample's whole cost, in steps", "so --sample 256 --detach"],
                         [[name, _ci(r["step_slowdown"]), str(r["traced_steps"]),
-                          str(r["median_step_ms"])]
+                          str(r["median_step_ms"]), str(r["sample_cost_steps"]),
+                          f"{r['sample_256_slowdown']:+.2%}"]
                          for name, r in results["steps"].items()])
     if "capacity" in results:
         lines += _table(["capacity (tiny-llama, 2 threads)", "events kept", "events/s",

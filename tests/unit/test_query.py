@@ -15,8 +15,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.metrics import canned
+from tests import synthetic
 from tests.conftest import Cli
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query"
@@ -121,3 +126,18 @@ def test_a_truncated_trace_is_refused(cli: Cli, tmp_path: Path) -> None:
     result = cli("query", cut, "op_summary", "--engine", "builtin")
     assert result.returncode == 2
     assert "is not a Perfetto trace" in result.stderr
+
+
+def test_a_corrupt_compressed_chunk_is_refused(cli: Cli, tmp_path: Path) -> None:
+    trace = official.Trace()
+    with (tmp_path / "good.pftrace").open("wb") as out:
+        write_perfetto(build_layout(build(synthetic.recording())), out)
+    trace.ParseFromString((tmp_path / "good.pftrace").read_bytes())
+    (chunk,) = [p for p in trace.packet if p.HasField("compressed_packets")]
+    chunk.compressed_packets = chunk.compressed_packets[:8] + b"\x00" * 64
+    bad = tmp_path / "bad.pftrace"
+    bad.write_bytes(trace.SerializeToString())
+    result = cli("query", bad, "op_summary", "--engine", "builtin")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"profinfer-perfetto: {bad} is corrupt (a compressed chunk does not decompress)"]
