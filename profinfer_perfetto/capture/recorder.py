@@ -227,8 +227,8 @@ def record(
             """With --detach: op probes attached only while a chosen step runs or is next.
 
             Runs in its own thread, asleep until the probes ask for a change (or the capture
-            ends): detaching uprobes waits for the kernel (about 0.9 s for the three op probes
-            on Linux 6.18), so chosen steps closer than that can be missed.
+            ends): detaching uprobes waits for the kernel (0.7-0.9 s on Linux 6.18),
+            so chosen steps closer than that can be missed.
             """
             while not steering.is_set():
                 session.wait_for_steer(STEER_WAIT_S)
