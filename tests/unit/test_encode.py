@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import text_format
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
+from profinfer_perfetto.encode import perfetto
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import WAIT_SLICE, build_layout
@@ -86,3 +87,21 @@ def test_the_trace_says_whether_it_is_complete(tmp_path: Path, status: str) -> N
     assert record.args["complete"] == (status == "complete")
     cut = [s.name for s in trace.instants]
     assert cut == ([] if status == "complete" else [f"trace cut short: {status}"])
+
+
+def test_chunking_changes_nothing_but_the_chunks(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events split over many compressed packets (each sequence's deltas running across them)
+    decode to the same trace as one chunk."""
+    whole = trace_reader.read(_perfetto(tmp_path))
+    monkeypatch.setattr(perfetto, "CHUNK_ROWS", 3)
+    (tmp_path / "chunked").mkdir()
+    path = _perfetto(tmp_path / "chunked")
+    chunks = official.Trace()
+    chunks.ParseFromString(path.read_bytes())
+    assert sum(p.HasField("compressed_packets") for p in chunks.packet) > 10
+    chunked = trace_reader.read(path)
+    assert chunked.packets == whole.packets
+    assert [(s.name, s.ts, s.end, s.args) for s in chunked.slices] == [
+        (s.name, s.ts, s.end, s.args) for s in whole.slices]
+    assert chunked.counters == whole.counters
