@@ -15,7 +15,7 @@ overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `
         and `--sample 256 --detach`: the median slowdown with a bootstrap interval, and the
         recorder's CPU.
 steps   the same cost measured inside one run, where this VM's run-to-run noise cancels: with
-        `--sample 128 --detach` each traced decode step against the untraced steps just
+        `--sample 64 --detach` each traced decode step against the untraced steps just
         before it, and the kernel-timed BPF cost per probe run.
 capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the default ring
         size, and the same run with tiny rings, where events are lost and counted.
@@ -219,7 +219,7 @@ AFTER_SAMPLE = 30
 """Steps after a sampled one that its probes' removal can still slow down."""
 
 
-def bench_traced_steps(every: int = 128, window: int = 16) -> dict[str, Any]:
+def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
     """What tracing a decode step costs, measured inside one run: with `--sample N --detach`
     the op probes are attached only around every N-th step, so each traced step is compared
     with the median of the `window` untouched steps just before it (the probes come one step
