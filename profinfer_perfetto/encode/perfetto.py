@@ -65,8 +65,8 @@ def _packet(out: IO[bytes], packet: pb.TracePacket) -> None:
 
 @dataclass
 class _Interned:
-    """iids: event names and string values by their index in `strings` + 1; annotation names
-    in order of first use."""
+    """Interned ids of annotation names and string values, in order of first use (an event
+    name's iid is its index in the layout's strings + 1), and each annotation serialized once."""
 
     names: dict[str, int]
     values: dict[str, int]
@@ -107,12 +107,11 @@ class _Sequences:
         n = len(layout.tracks)
         self.of_track = np.full(n, GLOBAL_SEQUENCE, np.int64)
         self.default_track: dict[int, int] = {GLOBAL_SEQUENCE: -1}
+        self.counter_tracks: dict[int, list[int]] = {GLOBAL_SEQUENCE: []}
         threads = [i for i, t in enumerate(layout.tracks) if t.kind == TrackKind.THREAD]
         for seq, track in enumerate(threads, start=GLOBAL_SEQUENCE + 1):
             self.of_track[track] = seq
             self.default_track[seq] = track
-        self.counter_tracks: dict[int, list[int]] = {GLOBAL_SEQUENCE: []}
-        for seq, track in enumerate(threads, start=GLOBAL_SEQUENCE + 1):
             tid = layout.tracks[track].tid
             self.counter_tracks[seq] = [i for i, t in enumerate(layout.tracks)
                                         if t.kind == TrackKind.COUNTER and t.tid == tid]
@@ -227,7 +226,8 @@ class _Events:
         for c in range(track.shape[1]):
             p.varint(_EXTRA_VALUE, value[:, c], written[:, c])
         event_size = p.sizes()
-        # The packet around the event, front to back: the event's own tag and size go first.
+        # The packet around the event, each piece put in front of the last: it reads Trace.packet
+        # tag, packet size, timestamp, sequence id, flags, TrackEvent tag and size, the event.
         p.varint(_TRACK_EVENT, event_size, front=True)
         p.constant(_FLAGS, front=True)
         p.varint(_SEQUENCE_ID, self.seq[a:b], front=True)
