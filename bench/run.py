@@ -230,7 +230,7 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
     import sys
 
     results: dict[str, Any] = {}
-    for model, tokens in (("gemma-3-270m", 1024), ("medium-llama", 640)):
+    for model, tokens in (("gemma-3-270m", 1024), ("medium-llama", 640), ("medium-qwen3moe", 640)):
         for threads in (1, 2):
             for mode, options in (("full", []), ("no barriers", ["--no-barriers"])):
                 out = CACHE / "steps.pftrace"
