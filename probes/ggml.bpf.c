@@ -22,6 +22,9 @@
 //                    with NAME_PREFIX (NAME_PREFIX_LEN bytes, 0 = no name pattern)
 //   REFRESH_EVERY    a node is described again only when its bytes changed, or at every
 //                    REFRESH_EVERY-th use (its sources' shapes are not in its own bytes)
+//   GRAPH_BUILDS     1 (llama.cpp): `graph_alloc` counts graph (re)builds; a node checked since
+//                    the last build is not read again until its next refresh (a reused graph
+//                    keeps its nodes as they were)
 //   AGGREGATE        1: no op events; each thread's share of a node is summed into `op_stats`
 //                    (count, work, barrier wait, max, log2 histogram of work) keyed by tensor,
 //                    and a node is described once
@@ -89,8 +92,19 @@ BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 2);  // [0] the node, [1] one of 
 struct seen {
     u64 signature; // of the tensor's bytes when it was last described
     u64 uses;
+    u64 build;     // the graph build it was last checked in
 };
 BPF_HASH(described_as, u64, struct seen, 65536);
+BPF_ARRAY(graph_builds, u64, 1);
+
+// ggml_gallocr_alloc_graph: a graph was (re)built; its nodes may have changed.
+int graph_alloc(struct pt_regs *ctx) {
+    int zero = 0;
+    u64 *builds = graph_builds.lookup(&zero);
+    if (builds)
+        __sync_fetch_and_add(builds, 1);
+    return 0;
+}
 #if GATED
 struct gate {
     u64 step;      // token steps begun so far
@@ -264,18 +278,29 @@ static __always_inline u64 signature(const u8 *b) {
 // unless the last one sent for it still holds (graphs are reused from token to token).
 static __always_inline void describe(u64 ts, const void *tensor) {
     int zero = 0;
+    u64 key = (u64)tensor;
+    u64 *builds = graph_builds.lookup(&zero);
+    u64 build = builds ? *builds : 0;
+    struct seen *seen = described_as.lookup(&key);
+#if GRAPH_BUILDS
+    // Checked since the last graph build: unchanged (the cheap path, most ops).
+    if (seen && seen->build == build && (seen->uses + 1) % REFRESH_EVERY != 0) {
+        seen->uses++;
+        return;
+    }
+#endif
     struct tensor_bytes *t = scratch.lookup(&zero);
     if (!t)
         return;
     if (bpf_probe_read_user(t->b, T_SIZE, tensor) != 0) {
         __builtin_memset(t->b, 0, T_SIZE);
     }
-    u64 key = (u64)tensor;
     u64 sig = signature(t->b);
-    struct seen *seen = described_as.lookup(&key);
-    if (seen && seen->signature == sig && ++seen->uses % REFRESH_EVERY != 0)
+    if (seen && seen->signature == sig && ++seen->uses % REFRESH_EVERY != 0) {
+        seen->build = build;
         return;
-    struct seen fresh = {.signature = sig, .uses = 0};
+    }
+    struct seen fresh = {.signature = sig, .uses = 0, .build = build};
     described_as.update(&key, &fresh);
     struct node *n = nodes.ringbuf_reserve(sizeof(struct node));
     if (!n) {

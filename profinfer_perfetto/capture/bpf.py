@@ -140,7 +140,7 @@ def probe_source() -> str:
 
 
 def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
-                 selection: Selection = Selection()) -> str:
+                 selection: Selection = Selection(), graph_builds: bool = False) -> str:
     """The exact program BCC compiles: our definitions, then probes/ggml.bpf.c."""
     layout, runtime = ggml.layout, ggml.runtime
     defines = {
@@ -152,6 +152,7 @@ def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
         "T_VIEW_SRC": layout.view_src,
         "T_DATA": layout.data,
         "REFRESH_EVERY": REFRESH_EVERY,
+        "GRAPH_BUILDS": int(graph_builds),
         "T_NAME": layout.name,
         "T_SIZE": layout.size,
         "CGRAPH_N_NODES": runtime.cgraph_n_nodes,

@@ -165,7 +165,8 @@ def record(
     require_root()
     selection = request.selection
     traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
-    text = program_text(probe_plan.ggml, list(request.counters), request.rings, selection)
+    text = program_text(probe_plan.ggml, list(request.counters), request.rings, selection,
+                        probe_plan.sees_graph_builds)
     event_chunks: list[np.ndarray] = []
     node_chunks: list[np.ndarray] = []
     op_stats: list[tuple[int, np.ndarray]] = []

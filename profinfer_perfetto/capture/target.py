@@ -22,6 +22,8 @@ from profinfer_perfetto.errors import ProfinferError
 OP_SYMBOL = "ggml_cpu_extra_compute_forward"
 FUSED_SYMBOL = "ggml_compute_forward_rms_norm_mul_fused"
 GRAPH_SYMBOL = "ggml_graph_compute"
+ALLOC_SYMBOL = "ggml_gallocr_alloc_graph"
+"""Allocates a graph that was (re)built; llama.cpp does not call it for a graph it reuses."""
 NAMES_SYMBOL = "ggml_op_name"
 BARRIER_SYMBOLS = ("ggml_barrier", "GOMP_barrier")
 TOKEN_SYMBOLS = {"llama_decode": "decode_begin", "llama_encode": "encode_begin",
@@ -45,6 +47,14 @@ class ProbePlan:
     ggml: GgmlInfo
     notes: tuple[str, ...]
     """What the plan could not do on this build, in a sentence each (shown in the summary)."""
+
+    @property
+    def sees_graph_builds(self) -> bool:
+        """Whether a probe tells when graphs are (re)built, so that nodes of a reused graph need
+        no re-check: llama.cpp allocates every graph it builds; another runtime might change a
+        graph without, so there every node is checked every time."""
+        fns = {p.fn for p in self.probes}
+        return "graph_alloc" in fns and bool(fns & set(TOKEN_SYMBOLS.values()))
 
 
 def objects_of_command(command: list[str], extra: list[Path]) -> list[Path]:
@@ -107,6 +117,9 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
     probes.append(entry(op_file, OP_SYMBOL, "op_begin"))
     probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
     probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
+    alloc_file = _defining(files, ALLOC_SYMBOL)
+    if alloc_file is not None:
+        probes.append(entry(alloc_file, ALLOC_SYMBOL, "graph_alloc"))
 
     sites = op_file.call_sites(OP_SYMBOL, (*BARRIER_SYMBOLS, FUSED_SYMBOL))
     for callee, addrs in sites.items():

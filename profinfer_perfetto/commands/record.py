@@ -31,7 +31,7 @@ class RecordCommand:
         if self.ebpf:
             request = self.request
             text = program_text(probe_plan.ggml, list(request.counters), request.rings,
-                                request.selection)
+                                request.selection, probe_plan.sees_graph_builds)
             sys.stdout.write(text)
             for probe in probe_plan.probes:
                 kind = "uretprobe" if probe.ret else "uprobe"

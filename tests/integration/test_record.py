@@ -110,6 +110,15 @@ def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
     assert [s.name for s in steps] == ["prefill"] + ["decode"] * 15
     assert steps[0].args["n_tokens"] == 3 and all(s.args["n_tokens"] == 1 for s in steps[1:])
 
+    # Descriptors follow graph rebuilds (prefill, then decode graphs reused step after step):
+    # a token's Q projection is as wide as its batch.
+    for s in ops:
+        if s.args["tensor"] == "Qcur-0" and s.args["op"] == "MUL_MAT":
+            step = s.parent.parent if s.parent is not None else None
+            if step is not None and step.name in ("prefill", "decode"):
+                n = step.args["n_tokens"]
+                assert s.args["shape"] == "256" + (f"x{n}" if n > 1 else ""), s.args
+
     # Threads: each runs its share of every node of every graph.
     per_thread = Counter(trace.tracks[s.track].thread.tid for s in ops)
     assert len(per_thread) == threads and len(set(per_thread.values())) == 1

@@ -26,11 +26,12 @@ def test_shared_build(llama: Callable[..., Path]) -> None:
     plan = plan_probes(objects_of_command([str(llama("llama-completion"))], []))
     fns = _fns(plan)
     assert fns["op_begin"] == 1 and fns["fused_op_begin"] == 1 and fns["barrier_enter"] >= 2
-    assert fns["graph_begin"] == fns["graph_end"] == 1
+    assert fns["graph_begin"] == fns["graph_end"] == fns["graph_alloc"] == 1
     assert fns["decode_begin"] == fns["process_begin"] == 1 and fns["token_end"] == 3
-    assert plan.notes == ()
+    assert plan.notes == () and plan.sees_graph_builds
     assert plan.ggml.version == "0.25.3" and plan.ggml.ops[29] == "MUL_MAT"
-    assert {p.path.name for p in plan.probes} == {"libggml-cpu.so.0", "libllama.so.0"}
+    assert {p.path.name for p in plan.probes} == {"libggml-cpu.so.0", "libggml-base.so.0",
+                                                 "libllama.so.0"}
 
 
 def test_offsets_are_file_offsets_of_the_symbols(llama: Callable[..., Path]) -> None:
