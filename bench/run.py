@@ -51,11 +51,21 @@ CACHE = assets.CACHE / "bench"
 MILLION = 1_000_000
 
 
+def completion(model: str, tokens: int, threads: int, *extra: str) -> list[str]:
+    """A seeded llama-completion generation of `tokens` tokens."""
+    return [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
+            "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads), "-no-cnv",
+            "--no-warmup", "-s", "1", *extra]
+
+
+def record_args(q: TraceQuery) -> dict[str, Any]:
+    """The args of a trace's `record` slice, without their `debug.` prefix."""
+    return dict(q.sql("select substr(a.key, 7), a.display_value from slice s join args a "
+                      "using (arg_set_id) where s.name = 'record'").rows)
+
+
 def medium_recording(tokens: int = 64, threads: int = 2) -> Recording:
-    cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model("medium-llama")),
-           "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads), "-no-cnv",
-           "--no-warmup", "-s", "1"]
-    request = RecordRequest(command=cmd)
+    request = RecordRequest(command=completion("medium-llama", tokens, threads))
     return record(request, plan(request))
 
 
@@ -124,9 +134,7 @@ def bench_check_false_positives(runs: int = 8, pooled: int = 3) -> dict[str, Any
 
     results: dict[str, Any] = {}
     for model, threads, tokens in (("tiny-llama", 1, 48), ("medium-llama", 2, 32)):
-        cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
-               "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads),
-               "-no-cnv", "--no-warmup", "-s", "1"]
+        cmd = completion(model, tokens, threads)
         # Pinned: this VM's two vCPUs differ by ~25 % in speed; single-threaded runs that
         # land on different ones differ by that much, which is no false alarm.
         pin = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] if threads == 1 else []
@@ -234,9 +242,7 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
         for threads in (1, 2):
             for mode, options in (("full", []), ("no barriers", ["--no-barriers"])):
                 out = CACHE / "steps.pftrace"
-                cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
-                       "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads),
-                       "-no-cnv", "--no-warmup", "--ignore-eos", "-s", "1"]
+                cmd = completion(model, tokens, threads, "--ignore-eos")
                 subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
                                 str(out), "--sample", str(every), "--detach", *options, "--",
                                 *cmd], check=True, capture_output=True)
@@ -245,9 +251,7 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
                                        "where phase = 'decode'").rows)
                     traced = [r[0] for r in q.sql("select distinct step from profinfer_op "
                                                   "where phase = 'decode'").rows]
-                    costs = dict(q.sql("select substr(a.key, 7), a.int_value from slice s "
-                                       "join args a using (arg_set_id) where s.name = "
-                                       "'record' and a.key like 'debug.probe.%'").rows)
+                    costs = record_args(q)
                 slowdown, sample_cost = [], []
                 for k in traced:
                     before = [steps[j] for j in range(k - window - 1, k - 1) if j in steps]
@@ -263,8 +267,8 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
                     "median_step_ms": round(float(np.median(list(steps.values()))) / 1e6, 2),
                     "sample_cost_steps": round(cost, 2),
                     "sample_256_slowdown": round(cost / 256, 4),
-                    "probe_ns_per_run": {k.split(".")[1]: v for k, v in costs.items()
-                                         if k.endswith("ns_per_run")},
+                    "probe_ns_per_run": {k.split(".")[1]: int(v) for k, v in costs.items()
+                                         if k.startswith("probe.") and k.endswith("ns_per_run")},
                 }
                 print(model, threads, mode, results[f"{model} t{threads} {mode}"], flush=True)
     return results
@@ -274,17 +278,14 @@ def bench_capacity() -> dict[str, Any]:
     import subprocess
     import sys
 
-    cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model("tiny-llama")),
-           "-p", "Paris is the capital of", "-n", "400", "-t", "2", "-no-cnv", "--no-warmup",
-           "-s", "1"]
+    cmd = completion("tiny-llama", 400, 2)
     results: dict[str, Any] = {}
     for pages in (4096, 16):
         out = CACHE / "capacity.pftrace"
         subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
                         "--ring-pages", str(pages), "--", *cmd], check=True, capture_output=True)
         with TraceQuery(out, "builtin") as q:
-            record = dict(q.sql("select substr(a.key, 7), a.display_value from slice s join args "
-                                "a using (arg_set_id) where s.name = 'record'").rows)
+            record = record_args(q)
             span = q.sql("select (max(ts + dur) - min(ts)) / 1e9 from profinfer_graph").rows[0][0]
         events = int(record["events"])
         results[f"ring {pages} pages"] = {

@@ -187,17 +187,21 @@ def counter_config(name: str) -> tuple[int, int]:
     raise ProfinferError(f"unknown counter {name!r} (known: {known})")
 
 
+def _syscall(numbers: dict[str, int], *args: Any) -> int:
+    """A raw system call by its number on this architecture; -1 where none is listed."""
+    number = numbers.get(platform.machine())
+    if number is None:
+        return -1
+    return int(ctypes.CDLL(None, use_errno=True).syscall(number, *args))
+
+
 def counter_opens(counter: str) -> bool:
     """Can this process open the counter for itself (perf_event_open(2))?"""
-    number = _PERF_EVENT_OPEN.get(platform.machine())
-    if number is None:
-        return False
     kind, config = counter_config(counter)
     attr = (ctypes.c_uint8 * 128)()
     ctypes.memmove(attr, (ctypes.c_uint32 * 2)(kind, 128), 8)
     ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(config), 8)
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.syscall(number, attr, 0, -1, -1, 0)
+    fd = _syscall(_PERF_EVENT_OPEN, attr, 0, -1, -1, 0)
     if fd < 0:
         return False
     os.close(fd)
@@ -215,8 +219,7 @@ def _import_bcc() -> Any:
     return bcc
 
 
-def _attach_uprobe_fn() -> Any:
-    lib = ctypes.CDLL("libbcc.so.0")
+def _attach_uprobe_fn(lib: ctypes.CDLL) -> Any:
     fn = lib.bpf_attach_uprobe
     fn.restype = ctypes.c_int
     fn.argtypes = [
@@ -239,12 +242,8 @@ _BPF_STATS_RUN_TIME = 0
 def _enable_run_time_stats() -> int | None:
     """Have the kernel time every BPF program run while the returned fd is open
     (BPF_ENABLE_STATS, Linux 5.8+); None where it cannot."""
-    number = _SYS_BPF.get(platform.machine())
-    if number is None:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
     attr = ctypes.c_uint32(_BPF_STATS_RUN_TIME)
-    fd = libc.syscall(number, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
+    fd = _syscall(_SYS_BPF, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
     return fd if fd >= 0 else None
 
 
@@ -293,8 +292,9 @@ class ProbeSession:
             table = self._bpf[b"op_traced"]
             for op in traced_ops:
                 table[table.Key(op)] = table.Leaf(1)
-        self._attach = _attach_uprobe_fn()
-        self._close_perf_event = ctypes.CDLL("libbcc.so.0").bpf_close_perf_event_fd
+        libbcc = ctypes.CDLL("libbcc.so.0")
+        self._attach = _attach_uprobe_fn(libbcc)
+        self._close_perf_event = libbcc.bpf_close_perf_event_fd
         self._attached: dict[Probe, bytes] = {}
         self._stats_fd = _enable_run_time_stats()
 

@@ -184,8 +184,8 @@ class _Events:
         self.delta = np.empty_like(ts)
         self.delta[order] = ts - previous
         self.arg_source = np.frombuffer(b"".join(arg_blobs), np.uint8)
-        self.arg_end = np.cumsum([len(b) for b in arg_blobs], dtype=np.int64)
         self.arg_size = np.array([len(b) for b in arg_blobs], np.int64)
+        self.arg_start = np.cumsum(self.arg_size) - self.arg_size
         self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE for iid in counter_iids]
         self.flows = [_flow_table(layout.flows_out, _FLOW_ID, len(layout)),
                       _flow_table(layout.flows_in, _TERMINATING_FLOW_ID, len(layout))]
@@ -202,7 +202,7 @@ class _Events:
         args = lay.args[a:b]
         has_args = args >= 0
         if len(self.arg_source):
-            p.add(self.arg_source, np.where(has_args, self.arg_end[args] - self.arg_size[args], 0),
+            p.add(self.arg_source, np.where(has_args, self.arg_start[args], 0),
                   np.where(has_args, self.arg_size[args], 0))
         for c, prefix in enumerate(self.counter_prefix):
             delta = lay.counter_delta[a:b, c]
@@ -212,9 +212,9 @@ class _Events:
             p.constant(prefix, on)
             p.varint(b"", np.maximum(delta, 0), on)
         p.fixed64(_DOUBLE_COUNTER, lay.value[a:b], typ == EventType.COUNTER)
-        for source, row_end, row_size in self.flows:
+        for source, row_start, row_size in self.flows:
             if len(source):
-                p.add(source, row_end[a:b] - row_size[a:b], row_size[a:b])
+                p.add(source, row_start[a:b], row_size[a:b])
         # trace_processor reads an event's extra counter values up to the first 0: an event
         # with a 0 names the tracks of its other values, and a 0 is not written.
         track = lay.counter_track[a:b]
@@ -240,14 +240,14 @@ class _Events:
 
 def _flow_table(flows: dict[int, list[int]], flow_tag: bytes,
                 rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The flow id fields of every row, back to back in row order; each row's end and size."""
+    """The flow id fields of every row, back to back in row order; each row's start and size."""
     ids = np.array([f for r in sorted(flows) for f in flows[r]], np.uint64)
     entry = len(flow_tag) + 8
     size = np.zeros(rows, np.int64)
     size[list(flows)] = [len(f) * entry for f in flows.values()]
     head = np.broadcast_to(np.frombuffer(flow_tag, np.uint8), (len(ids), len(flow_tag)))
     source = np.hstack([head, ids.astype("<u8").view(np.uint8).reshape(-1, 8)]).ravel()
-    return source, np.cumsum(size), size
+    return source, np.cumsum(size) - size, size
 
 
 _PACKET = tag(pb.Trace, "packet")
