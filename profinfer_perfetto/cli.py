@@ -14,6 +14,7 @@ from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.check.baseline import from_traces
 from profinfer_perfetto.commands import doctor
 from profinfer_perfetto.commands.check import CheckCommand
+from profinfer_perfetto.commands.open import DEFAULT_PORT, OpenCommand
 from profinfer_perfetto.commands.query import QueryCommand, expand
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.errors import ProfinferError
@@ -174,6 +175,27 @@ def _engine(name: str) -> None:
 def doctor_command() -> None:
     """Report what this machine offers (root, BPF, BCC, headers, counters) and how to fix gaps."""
     raise typer.Exit(doctor.run())
+
+
+@app.command("open")
+def open_command(
+    trace: Annotated[Path, typer.Argument(help="The trace to open.", readable=False)],
+    port: Annotated[
+        int, typer.Option(help="Port to serve it on, on 127.0.0.1 (ui.perfetto.dev fetches "
+                          "only from 9001).", min=1, max=65535)
+    ] = DEFAULT_PORT,
+    browser: Annotated[
+        bool, typer.Option("--browser/--no-browser", help="Open the browser (otherwise print "
+                           "the URL and how to reach it).")
+    ] = True,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Stop serving after this many seconds (exit 2 if not fetched).",
+                     min=0.0),
+    ] = None,
+) -> None:
+    """Serve a trace on 127.0.0.1 until ui.perfetto.dev has fetched it, and open the UI on it."""
+    raise typer.Exit(OpenCommand(trace, port, browser, timeout).run())
 
 
 @app.command()
