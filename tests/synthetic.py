@@ -132,7 +132,7 @@ def decode_run(seed: int, steps: int = 40, layers: int = 6, slow: str | None = N
         ts += 1_000
         events.append(_event(ts, Kind.TOKEN_END, MAIN))
         ts += 5_000
-    events.sort(key=lambda e: (e[5], e[0]))  # type: ignore[index]
+    events.sort(key=lambda e: (e[5], e[0]))
     rec = recording()
     rec.events = np.array(events, EVENT)
     rec.nodes = np.array(nodes, NODE)

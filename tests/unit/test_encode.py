@@ -14,7 +14,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 from profinfer_perfetto.encode import perfetto
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.perfetto import write_perfetto
-from profinfer_perfetto.model.layout import WAIT_SLICE, build_layout
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.names import WAIT_SLICE
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic, trace_reader
 
@@ -74,7 +75,8 @@ def test_tracks_nesting_and_flows(tmp_path: Path) -> None:
 def test_counters(tmp_path: Path) -> None:
     trace = trace_reader.read(_perfetto(tmp_path))
     by_name = {trace.track_name(u): v for u, v in trace.counters.items()}
-    assert by_name["tokens/s"] == [(14_000, pytest.approx(1 / 13e-6))]
+    ((ts, rate),) = by_name["tokens/s"]
+    assert ts == 14_000 and rate == pytest.approx(1 / 13e-6)
     # Zeros are not written: trace_processor stops reading extra counter values at a 0.
     assert [v for _, v in by_name[f"context-switches {synthetic.WORKER}"]] == [1, 1, 1, 1, 3]
 

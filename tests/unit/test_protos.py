@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from google.protobuf.descriptor import Descriptor
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 from profinfer_perfetto.encode import profinfer_trace_pb2 as ours
@@ -14,7 +14,8 @@ from profinfer_perfetto.encode import profinfer_trace_pb2 as ours
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _walk(mine: Descriptor, theirs: Descriptor, path: str) -> list[str]:
+def _walk(mine: Any, theirs: Any, path: str) -> list[str]:
+    """Each field of `mine` against `theirs` (protobuf Descriptors, C or Python ones)."""
     problems = []
     for f in mine.fields:
         other = theirs.fields_by_name.get(f.name)

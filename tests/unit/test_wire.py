@@ -36,7 +36,7 @@ def test_pieces_render_messages_as_protobuf_does() -> None:
     data, ends = p.render()
     starts = np.concatenate([[0], ends[:-1]])
     for i in range(rows):
-        expected = pb.TrackEvent(type=int(kind[i]))
+        expected = pb.TrackEvent(type=pb.TrackEvent.Type.Name(int(kind[i])))
         if name[i] >= 0:
             expected.name_iid = int(name[i]) + 1
         if uuid[i] % 2 == 0:
