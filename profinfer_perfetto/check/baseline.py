@@ -18,7 +18,7 @@ import numpy as np
 
 from profinfer_perfetto import __version__
 from profinfer_perfetto.errors import ProfinferError
-from profinfer_perfetto.query.session import TraceQuery
+from profinfer_perfetto.query.session import TraceQuery, over_traces
 
 FORMAT = "profinfer-perfetto baseline 2"
 MAX_SAMPLES = 20_000
@@ -81,7 +81,7 @@ def _subsample(values: list[int]) -> list[int]:
 def from_traces(traces: list[Path], engine: str = "auto", tp_bin: str | None = None
                 ) -> Baseline:
     """Each trace a run; what they were made from is the first's."""
-    runs = [from_trace(t, engine, tp_bin) for t in traces]
+    runs = over_traces(traces, _from_query, engine, tp_bin)
     samples: dict[str, list[list[int]]] = {}
     for run in runs:
         for key, per_run in run.samples.items():
@@ -91,17 +91,15 @@ def from_traces(traces: list[Path], engine: str = "auto", tp_bin: str | None = N
     return Baseline(runs[0].made_from, samples, shares)
 
 
-def from_trace(trace: Path, engine: str = "auto", tp_bin: str | None = None) -> Baseline:
-    with TraceQuery(trace, engine, tp_bin) as q:
-        record = dict(q.sql(
-            "select substr(a.key, 7), a.display_value from slice s "
-            "join args a using (arg_set_id) where s.name = 'record'").rows)
-        threads = q.sql("select max(n_threads) from profinfer_graph").rows
-        steps = q.sql("select phase, dur from profinfer_step order by step").rows
-        nodes = q.sql("select phase, op, role, dur from profinfer_node "
-                      "where phase is not null order by graph, node").rows
+def _from_query(q: TraceQuery) -> Baseline:
+    record = q.recording_args()
+    threads = q.sql("select max(n_threads) from profinfer_graph").rows
+    steps = q.sql("select phase, dur from profinfer_step order by step").rows
+    nodes = q.sql("select phase, op, role, dur from profinfer_node "
+                  "where phase is not null order by graph, node").rows
     if not record:
-        raise ProfinferError(f"{trace} has no recording in it: is it a profinfer-perfetto trace?")
+        raise ProfinferError(f"{q.trace} has no recording in it: is it a profinfer-perfetto "
+                             "trace?")
     samples: dict[str, list[int]] = {}
     phase_time: dict[str, int] = {}
     for phase, dur in steps:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profinfer_perfetto.capture.bpf import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_opens
+from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.query.engines import TP_BIN_ENV, find_trace_processor
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,10 @@ def checks() -> list[Check]:
          if (p / "uprobe_events").exists()),
         None,
     )
-    tp_bin = os.environ.get("PROFINFER_TP_BIN")
+    try:
+        tp_bin, tp_source = find_trace_processor()
+    except ProfinferError as exc:
+        tp_bin, tp_source = None, str(exc)
     sw = [c for c in SOFTWARE_COUNTERS if counter_opens(c)]
     hw = [c for c in HARDWARE_COUNTERS if counter_opens(c)]
     table: list[tuple[str, Callable[[], bool], str, str, bool]] = [
@@ -65,9 +70,9 @@ def checks() -> list[Check]:
          "perf events are disabled in this kernel", True),
         ("hardware counters", lambda: bool(hw), ", ".join(hw) or "none (no PMU on this machine)",
          "a machine or VM that exposes its PMU", False),
-        ("trace_processor", lambda: bool(tp_bin) and Path(str(tp_bin)).is_file(),
-         tp_bin or "PROFINFER_TP_BIN not set",
-         "set PROFINFER_TP_BIN to a trace_processor_shell binary", False),
+        ("trace_processor", lambda: tp_bin is not None, tp_source,
+         f"set {TP_BIN_ENV} to a trace_processor_shell binary (queries use the built-in "
+         "engine without one)", False),
     ]
     return [Check(name, test(), detail, fix, required) for name, test, detail, fix, required
             in table]

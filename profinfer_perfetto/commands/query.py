@@ -11,7 +11,7 @@ from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import Result
 from profinfer_perfetto.query.metrics import canned, metric
 from profinfer_perfetto.query.render import RENDERERS, Report
-from profinfer_perfetto.query.session import TraceQuery
+from profinfer_perfetto.query.session import TraceQuery, over_traces
 
 SQL_TABLE = "sql"
 
@@ -52,19 +52,23 @@ class QueryCommand:
 
     def report(self, traces: list[Path]) -> Report:
         names = [*self.metrics, *([SQL_TABLE] if self.sql is not None else [])]
+
+        def answer(q: TraceQuery) -> tuple[str, list[Result]]:
+            return q.how, [q.sql(self.sql or "") if name == SQL_TABLE else q.metric(name)
+                           for name in names]
+
         report = Report()
-        for trace in traces:
-            with TraceQuery(trace, self.engine, self.tp_bin) as q:
-                report.engines[str(trace)] = q.how
-                for name in names:
-                    result = q.sql(self.sql or "") if name == SQL_TABLE else q.metric(name)
-                    if len(traces) > 1:
-                        result = Result(["trace", *result.columns],
-                                        [(str(trace), *row) for row in result.rows])
-                    if name in report.tables:
-                        report.tables[name].rows.extend(result.rows)
-                    else:
-                        report.tables[name] = result
+        answers = over_traces(traces, answer, self.engine, self.tp_bin)
+        for trace, (how, results) in zip(traces, answers, strict=True):
+            report.engines[str(trace)] = how
+            for name, result in zip(names, results, strict=True):
+                if len(traces) > 1:
+                    result = Result(["trace", *result.columns],
+                                    [(str(trace), *row) for row in result.rows])
+                if name in report.tables:
+                    report.tables[name].rows.extend(result.rows)
+                else:
+                    report.tables[name] = result
         return report
 
     @staticmethod

@@ -11,6 +11,7 @@ import json
 from typing import Any, TextIO
 
 from profinfer_perfetto.model.layout import EventType, Layout, TrackKind
+from profinfer_perfetto.model.names import counter_arg
 
 _PHASE = {EventType.SLICE_BEGIN: "B", EventType.SLICE_END: "E", EventType.INSTANT: "i"}
 
@@ -54,7 +55,7 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
             event["args"] = dict(layout.arg_sets[args])
             for counter, delta in zip(layout.counter_names, deltas, strict=True):
                 if delta >= 0:
-                    event["args"][f"counter.{counter}"] = delta
+                    event["args"][counter_arg(counter)] = delta
         if typ == EventType.INSTANT:
             event["s"] = "t"
         emit(event)

@@ -26,6 +26,7 @@ import numpy as np
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
+from profinfer_perfetto.model.names import counter_arg
 
 DESCRIPTOR_SEQUENCE = 1
 GLOBAL_SEQUENCE = 2
@@ -121,7 +122,7 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
     """Write the whole trace; returns the number of packets (compressed ones counted each)."""
     interned = _Interned({}, {}, {})
     arg_blobs = [b"".join(interned.annotation(k, v) for k, v in args) for args in layout.arg_sets]
-    counter_iids = [interned.names.setdefault(f"counter.{c}", len(interned.names) + 1)
+    counter_iids = [interned.names.setdefault(counter_arg(c), len(interned.names) + 1)
                     for c in layout.counter_names]
     sequences = _Sequences(layout)
     t0 = int(layout.ts[0]) if len(layout) else 0

@@ -17,14 +17,18 @@ import numpy.typing as npt
 
 from profinfer_perfetto import __version__
 from profinfer_perfetto.model.aggregate import op_type_series
+from profinfer_perfetto.model.names import (
+    RECORD_SLICE,
+    RECORDING_TRACK,
+    WAIT_SLICE,
+    graph_slice,
+    probe_args,
+)
 from profinfer_perfetto.model.trace_model import TraceModel, token_phase
 from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
 Args = tuple[tuple[str, ArgValue], ...]
-
-WAIT_SLICE = "barrier wait"
-RECORDING_TRACK = "profinfer-perfetto"
 
 
 class TrackKind(IntEnum):
@@ -84,7 +88,7 @@ class Layout:
     """(rows, counters): the value sampled."""
     counter_names: list[str] = field(default_factory=list)
     counter_delta: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
-    """(rows, counters): an op's count during its work, an arg `counter.NAME` of its slice
+    """(rows, counters): an op's count during its work, an arg `counter_arg(NAME)` of its slice
     begin; -1 for none."""
 
     def __len__(self) -> int:
@@ -270,7 +274,7 @@ class _LayoutBuilder:
         shown |= set(zip(model.ops.tid.tolist(), model.ops.graph.tolist(), strict=True))
         tid, graph = np.array(sorted(shown), np.int64).reshape(-1, 2).T
         depth = np.isin(tid, model.tokens.tid).astype(np.int64)
-        name = self.strings("graph CPU")
+        name = self.strings(graph_slice("CPU"))
         for d in (0, 1):
             sel = depth == d
             self.rows.slices([thread[t] for t in tid[sel].tolist()], gr.begin[graph[sel]],
@@ -327,7 +331,7 @@ class _LayoutBuilder:
         model = self.model
         track = self.track(Track(3, TrackKind.GLOBAL, RECORDING_TRACK))
         self.rows.slices(track, np.array([model.run.begin_ns]), np.array([model.run.end_ns]), 0,
-                         self.strings("record"), self.arg_set(_recording_args(model)))
+                         self.strings(RECORD_SLICE), self.arg_set(_recording_args(model)))
         if not model.run.complete:
             self.rows.add(model.run.end_ns - 1, EventType.INSTANT, track,
                           name=self.strings(f"trace cut short: {model.run.status}"))
@@ -389,7 +393,7 @@ def _recording_args(model: TraceModel) -> Args:
         ("command", " ".join(model.run.cmdline)),
     ]
     for fn, cost in sorted(model.run.probe_costs.items()):
-        args += [(f"probe.{fn}.runs", cost.runs),
-                 (f"probe.{fn}.ns_per_run", round(cost.ns / cost.runs))]
+        runs, ns_per_run = probe_args(fn)
+        args += [(runs, cost.runs), (ns_per_run, round(cost.ns / cost.runs))]
     args += [(f"note{i}", note) for i, note in enumerate(model.run.notes)]
     return tuple(args)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from typing import Any, Protocol
 
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query import importer
+from profinfer_perfetto.query.trace_file import check_whole
 
 TP_BIN_ENV = "PROFINFER_TP_BIN"
 ENGINES = ("auto", "trace_processor", "builtin")
@@ -68,12 +71,23 @@ class BuiltinEngine:
 class TraceProcessorEngine:
     name = "trace_processor"
 
-    def __init__(self, trace: Path, bin_path: str | None) -> None:
+    def __init__(self, trace: Path, bin_path: str) -> None:
+        """Load `trace` into the trace_processor_shell at `bin_path`; a trace it rejects, or
+        reads only in part (an error or data-loss entry in its `stats`), is an error."""
         from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
-        with _quiet():
+        try:  # with a bin_path, the API keeps the shell's output in temporary files
             self._tp = TraceProcessor(trace=str(trace),
                                       config=TraceProcessorConfig(bin_path=bin_path))
+        except Exception as exc:  # the API raises bare Exceptions too
+            raise ProfinferError(f"trace_processor could not load {trace}: {_first_line(exc)}"
+                                 ) from None
+        problems = self.query(_STATS_PROBLEMS).rows
+        if problems:
+            self.close()
+            said = ", ".join(f"{name}{'' if idx is None else f'[{idx}]'} = {value} ({severity})"
+                             for name, idx, severity, value in problems)
+            raise ProfinferError(f"trace_processor read {trace} only in part: its stats say {said}")
 
     def query(self, sql: str) -> Result:
         from perfetto.trace_processor import TraceProcessorException
@@ -92,10 +106,49 @@ class TraceProcessorEngine:
         self._tp.close()
 
 
+_STATS_PROBLEMS = """
+select name, idx, severity, value from stats
+where severity in ('error', 'data_loss') and value > 0 order by name, idx
+"""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def find_trace_processor(tp_bin: str | None = None) -> tuple[str | None, str]:
+    """The trace_processor_shell to use, and where it came from (or why there is none).
+
+    `tp_bin` (--trace-processor), then $PROFINFER_TP_BIN, both of which must name a file; then
+    the perfetto API's own pinned binary, downloaded once and cached (an air-gapped machine has
+    none).
+    """
+    for path, source in ((tp_bin, "--trace-processor"), (os.environ.get(TP_BIN_ENV), TP_BIN_ENV)):
+        if path:
+            if not Path(path).is_file():
+                raise ProfinferError(f"no trace_processor binary at {path} (from {source})")
+            return path, path
+    from perfetto.trace_processor.platform import PlatformDelegate
+
+    try:
+        with _quiet():
+            path = PlatformDelegate().get_shell_path(bin_path=None)
+    except subprocess.CalledProcessError as exc:  # its download runs curl
+        return None, f"the perfetto API's download failed (curl exit code {exc.returncode})"
+    except Exception as exc:  # and raises bare Exceptions for the rest
+        return None, f"the perfetto API could not get one: {_first_line(exc)}"
+    return path, f"{path}, the perfetto API's own"
+
+
+_QUIET = threading.Lock()
+"""`_quiet` swaps the process's stdout and stderr: one thread at a time."""
+
+
 @contextmanager
 def _quiet() -> Iterator[None]:
     """Keep the perfetto API's download chatter (and curl's) off our stdout and stderr."""
-    with tempfile.TemporaryFile() as sink:
+    with _QUIET, tempfile.TemporaryFile() as sink:
         saved = [os.dup(1), os.dup(2)]
         try:
             os.dup2(sink.fileno(), 1)
@@ -112,21 +165,22 @@ def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
                 ) -> tuple[Engine, str]:
     """An engine loaded with the trace, and a sentence on how it was chosen.
 
-    choice: "auto" (trace_processor if it can be had, else builtin), "trace_processor" or
-    "builtin".
+    choice: "auto" (trace_processor if a binary can be had, else builtin), "trace_processor"
+    or "builtin". Only a missing binary falls back to builtin: a trace that trace_processor
+    rejects or reads in part is an error.
     """
     if not trace.is_file():
         raise ProfinferError(f"no trace at {trace}")
+    try:
+        check_whole(trace, trace.read_bytes())
+    except OSError as exc:
+        raise ProfinferError(f"cannot read {trace}: {exc.strerror}") from None
     if choice == "builtin":
         return BuiltinEngine(trace), "builtin engine (asked for)"
-    bin_path = tp_bin or os.environ.get(TP_BIN_ENV) or None
-    if bin_path is not None and not Path(bin_path).is_file():
-        raise ProfinferError(f"no trace_processor binary at {bin_path}")
-    try:
-        engine = TraceProcessorEngine(trace, bin_path)
-        return engine, f"trace_processor ({bin_path or 'downloaded by the perfetto API'})"
-    except Exception as exc:  # the API raises bare Exceptions for download and load failures
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if choice == "trace_processor" or bin_path is not None:
-            raise ProfinferError(f"trace_processor could not load {trace}: {reason}") from None
-    return BuiltinEngine(trace), "builtin engine (trace_processor unavailable: no binary)"
+    bin_path, source = find_trace_processor(tp_bin)
+    if bin_path is not None:
+        return TraceProcessorEngine(trace, bin_path), f"trace_processor ({source})"
+    if choice == "trace_processor":
+        raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "
+                             f"or set {TP_BIN_ENV}")
+    return BuiltinEngine(trace), f"builtin engine (no trace_processor binary: {source})"

@@ -1,12 +1,17 @@
-"""A trace opened for queries: its engine, with the profinfer prelude tables built on demand."""
+"""A trace opened for queries: its engine, with the prelude tables a query reads built first."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
+from profinfer_perfetto.model.names import ARG_KEY_PREFIX, RECORD_SLICE
 from profinfer_perfetto.query.engines import Engine, Result, open_engine
-from profinfer_perfetto.query.metrics import metric, prelude
+from profinfer_perfetto.query.metrics import metric, tables_read_by
 
 
 class TraceQuery:
@@ -14,21 +19,27 @@ class TraceQuery:
         self.trace = trace
         self.engine: Engine
         self.engine, self.how = open_engine(trace, engine, tp_bin)
-        self._prelude_done = False
-
-    def _prelude(self) -> None:
-        if not self._prelude_done:
-            self.engine.query(prelude().sql)
-            self._prelude_done = True
+        self._built: set[str] = set()
 
     def metric(self, name: str) -> Result:
-        sql = metric(name).sql
-        self._prelude()
-        return self.engine.query(sql)
+        return self.sql(metric(name).sql)
 
     def sql(self, sql: str) -> Result:
-        self._prelude()
+        """Run `sql` (one or more statements; the last one's rows are returned), after building
+        the prelude tables it reads."""
+        for table in tables_read_by(sql):
+            if table.name not in self._built:
+                for statement in table.statements:
+                    self.engine.query(statement)
+                self._built.add(table.name)
         return self.engine.query(sql)
+
+    def recording_args(self) -> dict[str, str]:
+        """The args of the trace's `record` slice, by name (empty when it has none)."""
+        rows = self.engine.query(
+            f"select a.key, a.display_value from slice s join args a using (arg_set_id) "
+            f"where s.name = '{RECORD_SLICE}'").rows
+        return {str(key).removeprefix(ARG_KEY_PREFIX): str(value) for key, value in rows}
 
     def close(self) -> None:
         self.engine.close()
@@ -39,3 +50,22 @@ class TraceQuery:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+T = TypeVar("T")
+
+
+def over_traces(traces: list[Path], work: Callable[[TraceQuery], T], engine: str = "auto",
+                tp_bin: str | None = None) -> list[T]:
+    """`work` on each trace opened for queries, in the traces' order; several traces at once,
+    one engine each (as trace_processor's BatchTraceProcessor does, one shell per trace), up to
+    one per CPU."""
+
+    def one(trace: Path) -> T:
+        with TraceQuery(trace, engine, tp_bin) as q:
+            return work(q)
+
+    if len(traces) == 1:
+        return [one(traces[0])]
+    with ThreadPoolExecutor(max_workers=min(len(traces), os.cpu_count() or 1)) as pool:
+        return list(pool.map(one, traces))

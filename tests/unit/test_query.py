@@ -1,8 +1,10 @@
 """`profinfer-perfetto query`: golden metric outputs (Perfetto diff-test style), formats, bad input.
 
-The golden input is a real recording (tiny-llama, 6 tokens, 2 threads) kept in tests/golden/query;
-each canned metric's expected CSV sits beside it. The built-in engine always runs them; when
-PROFINFER_TP_BIN names a trace_processor_shell, trace_processor must give the same CSV.
+The golden input is a real recording (tiny-llama, 6 tokens, 2 threads, counters context-switches
+and task-clock) kept in tests/golden/query; each canned metric's expected CSV sits beside it,
+written from trace_processor (PROFINFER_UPDATE_GOLDEN=1 with PROFINFER_TP_BIN set). Both engines
+must give exactly that CSV; the built-in engine always runs, trace_processor wherever
+PROFINFER_TP_BIN names one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,8 +21,10 @@ import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.engines import open_engine
 from profinfer_perfetto.query.metrics import canned
 from tests import synthetic
 from tests.conftest import Cli
@@ -27,16 +32,19 @@ from tests.conftest import Cli
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query"
 TRACE = GOLDEN / "tiny-llama.pftrace"
 UPDATE = os.environ.get("PROFINFER_UPDATE_GOLDEN") == "1"
-ENGINES = ["builtin"] + (["trace_processor"] if os.environ.get("PROFINFER_TP_BIN") else [])
+HAS_TP = bool(os.environ.get("PROFINFER_TP_BIN"))
+ENGINES = (["trace_processor"] if HAS_TP else []) + ["builtin"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("metric", sorted(canned()))
 def test_metric_golden(cli: Cli, metric: str, engine: str) -> None:
+    if UPDATE and not HAS_TP:
+        pytest.fail("goldens are written from trace_processor: set PROFINFER_TP_BIN")
     result = cli("query", TRACE, metric, "--format", "csv", "--engine", engine)
     assert result.returncode == 0, result.stderr
     golden = GOLDEN / f"{metric}.csv"
-    if UPDATE and engine == "builtin":
+    if UPDATE and engine == "trace_processor":
         golden.write_text(result.stdout)
     assert result.stdout == golden.read_text()
     assert f"answered by {engine if engine == 'builtin' else 'trace_processor'}" in result.stderr
@@ -125,7 +133,9 @@ def test_a_truncated_trace_is_refused(cli: Cli, tmp_path: Path) -> None:
     cut.write_bytes(TRACE.read_bytes()[: TRACE.stat().st_size // 2 + 1])
     result = cli("query", cut, "op_summary", "--engine", "builtin")
     assert result.returncode == 2
-    assert "is not a Perfetto trace" in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert re.fullmatch(f"profinfer-perfetto: {re.escape(str(cut))} is cut short: its last "
+                        r"packet needs \d+ more bytes", line)
 
 
 def test_a_corrupt_compressed_chunk_is_refused(cli: Cli, tmp_path: Path) -> None:
@@ -141,3 +151,59 @@ def test_a_corrupt_compressed_chunk_is_refused(cli: Cli, tmp_path: Path) -> None
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"profinfer-perfetto: {bad} is corrupt (a compressed chunk does not decompress)"]
+
+
+def _flagged_trace(path: Path) -> Path:
+    """A trace trace_processor loads but flags in `stats`: a packet that clears incremental
+    state without naming its sequence (an error there), after one whole slice."""
+    trace = official.Trace()
+    packet = trace.packet.add(trusted_packet_sequence_id=7, first_packet_on_sequence=True)
+    packet.track_descriptor.uuid, packet.track_descriptor.name = 5, "t"
+    for ts, kind in ((1000, official.TrackEvent.TYPE_SLICE_BEGIN),
+                     (2000, official.TrackEvent.TYPE_SLICE_END)):
+        event = trace.packet.add(trusted_packet_sequence_id=7, timestamp=ts).track_event
+        event.type, event.track_uuid, event.name = kind, 5, "s"
+    trace.packet.add(sequence_flags=official.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
+    path.write_bytes(trace.SerializeToString())
+    return path
+
+
+@pytest.mark.skipif("PROFINFER_TP_BIN" not in os.environ, reason="needs PROFINFER_TP_BIN")
+def test_what_trace_processor_flags_is_an_error_not_a_fallback(cli: Cli, tmp_path: Path) -> None:
+    trace = _flagged_trace(tmp_path / "flagged.pftrace")
+    for engine in ("auto", "trace_processor"):
+        result = cli("query", trace, "token_latency", "--engine", engine)
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            f"profinfer-perfetto: trace_processor read {trace} only in part: its stats say "
+            "incremental_state_cleared_missing_sequence_id = 1 (error)"]
+
+
+def test_no_binary_falls_back_to_builtin_only_when_asked_for_auto(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfetto.trace_processor.platform import PlatformDelegate
+
+    def offline(self: PlatformDelegate, bin_path: str | None, fetch_latest: bool = False) -> str:
+        raise OSError("no network")
+
+    monkeypatch.delenv("PROFINFER_TP_BIN", raising=False)
+    monkeypatch.setattr(PlatformDelegate, "get_shell_path", offline)
+    engine, how = open_engine(TRACE, "auto")
+    engine.close()
+    assert engine.name == "builtin"
+    assert how == "builtin engine (no trace_processor binary: the perfetto API could not get " \
+                  "one: no network)"
+    with pytest.raises(ProfinferError) as raised:
+        open_engine(TRACE, "trace_processor")
+    assert str(raised.value) == ("no trace_processor binary: the perfetto API could not get one: "
+                                 "no network; give --trace-processor PATH or set PROFINFER_TP_BIN")
+
+
+def test_a_json_trace_is_refused_with_a_reason(cli: Cli, tmp_path: Path) -> None:
+    trace = tmp_path / "run.json"
+    trace.write_text('{"traceEvents": []}')
+    result = cli("query", trace, "op_summary", "--engine", "builtin")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"profinfer-perfetto: {trace} is a JSON trace: queries read the protobuf traces that "
+        "`record` writes by default (JSON traces are for viewers)"]

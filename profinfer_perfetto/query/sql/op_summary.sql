@@ -7,20 +7,19 @@
 --   count      op instances
 --   total_ns, mean_ns, p50_ns, p90_ns, max_ns   instance time (percentiles: nearest rank)
 --   share      total_ns over the phase's token-step time
-WITH ranked AS (
-  SELECT phase, op, role, dur,
-         ROW_NUMBER() OVER (PARTITION BY phase, op, role ORDER BY dur) AS rn,
-         COUNT(*) OVER (PARTITION BY phase, op, role) AS n
-  FROM profinfer_node
-  WHERE phase IS NOT NULL
+WITH grouped AS (
+  SELECT phase, op, role, COUNT(*) AS n, MIN(rowid) AS first, SUM(dur) AS total_ns,
+         AVG(dur) AS mean, MAX(dur) AS max_ns
+  FROM profinfer_node_by_dur
+  GROUP BY phase, op, role
 ),
 phase_time AS (SELECT phase, SUM(dur) AS ns FROM profinfer_step GROUP BY phase)
-SELECT r.phase, r.op, r.role, COUNT(*) AS count, SUM(r.dur) AS total_ns,
-       CAST(ROUND(AVG(r.dur)) AS INTEGER) AS mean_ns,
-       MAX(CASE WHEN r.rn = (r.n + 1) / 2 THEN r.dur END) AS p50_ns,
-       MAX(CASE WHEN r.rn = (9 * r.n + 9) / 10 THEN r.dur END) AS p90_ns,
-       MAX(r.dur) AS max_ns,
-       ROUND(1.0 * SUM(r.dur) / p.ns, 4) AS share
-FROM ranked r JOIN phase_time p USING (phase)
-GROUP BY r.phase, r.op, r.role
-ORDER BY r.phase DESC, total_ns DESC, r.op, r.role;
+SELECT g.phase, g.op, g.role, g.n AS count, g.total_ns,
+       CAST(ROUND(g.mean) AS INTEGER) AS mean_ns,
+       (SELECT dur FROM profinfer_node_by_dur WHERE rowid = g.first + (g.n + 1) / 2 - 1) AS p50_ns,
+       (SELECT dur FROM profinfer_node_by_dur WHERE rowid = g.first + (9 * g.n + 9) / 10 - 1)
+         AS p90_ns,
+       g.max_ns,
+       ROUND(1.0 * g.total_ns / p.ns, 4) AS share
+FROM grouped g JOIN phase_time p USING (phase)
+ORDER BY g.phase DESC, g.total_ns DESC, g.op, g.role;

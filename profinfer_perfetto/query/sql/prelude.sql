@@ -1,6 +1,8 @@
 -- profinfer prelude: the tables every canned metric reads, built from trace_processor's
 -- `slice`, `args`, `thread_track` and `thread` tables as profinfer-perfetto's traces fill them.
--- Runs once per trace before the first canned query, on either engine; ad-hoc --sql sees them too.
+-- A query (canned or --sql) gets the tables it names built first, with the ones they read; each
+-- table is built once per trace, on either engine. Each statement here starts a table's section:
+-- a CREATE TABLE (or VIEW), then its indexes. Arg keys are `debug.` + the names in model/names.py.
 --
 --   profinfer_step   one row per token step: step, phase, n_tokens, pos, kv_len, ts, dur
 --   profinfer_graph  one row per graph: graph, step, phase, backend, n_nodes, n_threads, ts, dur
@@ -9,6 +11,19 @@
 --                    tensor, role, layer, dtype, src0_dtype, flops, bytes, arg_set_id
 --   profinfer_node   one row per graph node: ts (first thread's start), dur (to the last
 --                    thread's end), work, slowest, fastest, wait (summed over threads), threads
+--
+-- profinfer_op and profinfer_node are views: their times are tables of numbers
+-- (profinfer_op_times, profinfer_node_times, with an arg_set_id), their names and work come from
+-- the few pivoted arg sets (profinfer_slice_args), so no text is carried through a million rows.
+-- profinfer_node_by_dur holds profinfer_node's phase, op, role and dur, sorted by them: the rows of one
+-- (phase, op, role) are consecutive and their rowids rank them by dur, so a nearest-rank
+-- percentile is one rowid lookup (no window function).
+--
+-- For speed on trace_processor, whose `slice`, `thread_track` and `thread` are virtual tables,
+-- each step first copies the few rows it needs (slices picked by their arg set or name) into a
+-- table of its own and joins only such tables: a join of a large table with a virtual one can
+-- make SQLite's planner scan the virtual one per row (minutes on a 1 M-op trace). Arg sets are
+-- few (one per distinct set of args), so pivoting them is cheap.
 
 CREATE TABLE profinfer_slice_args AS
 SELECT
@@ -44,50 +59,68 @@ CREATE INDEX profinfer_slice_args_id ON profinfer_slice_args (arg_set_id);
 CREATE TABLE profinfer_step AS
 SELECT a.step, a.phase, a.n_tokens, a.pos, a.pos + a.n_tokens AS kv_len, s.ts, s.dur,
        s.id AS slice_id
-FROM slice s JOIN profinfer_slice_args a USING (arg_set_id)
-WHERE a.phase IS NOT NULL AND a.step IS NOT NULL;
+FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE arg_set_id IN
+        (SELECT arg_set_id FROM profinfer_slice_args
+         WHERE phase IS NOT NULL AND step IS NOT NULL)) s
+JOIN profinfer_slice_args a USING (arg_set_id);
+
+CREATE TABLE profinfer_graph_slice AS
+SELECT s.id AS slice_id, s.ts, s.dur, a.graph, s.arg_set_id
+FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE arg_set_id IN
+        (SELECT arg_set_id FROM profinfer_slice_args WHERE graph IS NOT NULL)) s
+JOIN profinfer_slice_args a USING (arg_set_id);
+CREATE INDEX profinfer_graph_slice_id ON profinfer_graph_slice (slice_id);
 
 CREATE TABLE profinfer_graph AS
 SELECT a.graph, a.token_step AS step, st.phase, a.backend, a.n_nodes, a.n_threads,
-       MIN(s.ts) AS ts, MAX(s.dur) AS dur
-FROM slice s
+       MIN(gs.ts) AS ts, MAX(gs.dur) AS dur
+FROM profinfer_graph_slice gs
 JOIN profinfer_slice_args a USING (arg_set_id)
 LEFT JOIN profinfer_step st ON st.step = a.token_step
-WHERE a.graph IS NOT NULL
 GROUP BY a.graph;
-
 CREATE INDEX profinfer_graph_id ON profinfer_graph (graph);
 
-CREATE TABLE profinfer_graph_slice AS
-SELECT s.id AS slice_id, a.graph
-FROM slice s JOIN profinfer_slice_args a USING (arg_set_id)
-WHERE a.graph IS NOT NULL;
+CREATE TABLE profinfer_thread_track AS
+SELECT tt.id AS track_id, t.tid FROM thread_track tt JOIN thread t USING (utid);
+CREATE INDEX profinfer_thread_track_id ON profinfer_thread_track (track_id);
 
-CREATE INDEX profinfer_graph_slice_id ON profinfer_graph_slice (slice_id);
+CREATE TABLE profinfer_wait AS
+SELECT parent_id, ts, dur FROM slice WHERE name = 'barrier wait';
+CREATE INDEX profinfer_wait_at ON profinfer_wait (parent_id, ts);
 
-CREATE TABLE profinfer_op AS
-WITH ordered AS (
-  SELECT s.id, s.ts, s.dur, s.track_id, s.parent_id, s.name, s.arg_set_id,
-         LEAD(s.name) OVER w AS next_name, LEAD(s.dur) OVER w AS next_dur
-  FROM slice s
-  WHERE s.depth > 0
-  WINDOW w AS (PARTITION BY s.track_id, s.depth ORDER BY s.ts)
-)
+CREATE TABLE profinfer_op_times AS
 SELECT o.id AS slice_id, o.ts, o.dur,
-       CASE WHEN o.next_name = 'barrier wait' THEN o.next_dur ELSE 0 END AS wait,
-       t.tid, gs.graph, g.step, g.phase, a.node, a.op, a.subop, a.tensor, a.role, a.layer,
-       a.dtype, a.src0_dtype, a.flops, a.bytes, o.arg_set_id
-FROM ordered o
+       COALESCE((SELECT w.dur FROM profinfer_wait w
+                 WHERE w.parent_id = o.parent_id AND w.ts BETWEEN o.ts AND o.ts + o.dur
+                 ORDER BY w.ts LIMIT 1), 0) AS wait,
+       t.tid, gs.graph, a.node, o.arg_set_id
+FROM (SELECT id, ts, dur, track_id, parent_id, arg_set_id FROM slice WHERE arg_set_id IN
+        (SELECT arg_set_id FROM profinfer_slice_args WHERE op IS NOT NULL)) o
 JOIN profinfer_slice_args a USING (arg_set_id)
 JOIN profinfer_graph_slice gs ON gs.slice_id = o.parent_id
-JOIN profinfer_graph g ON g.graph = gs.graph
-JOIN thread_track tt ON tt.id = o.track_id
-JOIN thread t USING (utid)
-WHERE a.op IS NOT NULL;
+JOIN profinfer_thread_track t USING (track_id);
 
-CREATE TABLE profinfer_node AS
-SELECT graph, node, step, phase, op, role, layer, tensor, dtype, src0_dtype, flops, bytes,
-       COUNT(*) AS threads, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur,
-       SUM(dur) AS work, MAX(dur) AS slowest, MIN(dur) AS fastest, SUM(wait) AS wait
-FROM profinfer_op
+CREATE VIEW profinfer_op AS
+SELECT o.slice_id, o.ts, o.dur, o.wait, o.tid, o.graph, g.step, g.phase, o.node, a.op, a.subop,
+       a.tensor, a.role, a.layer, a.dtype, a.src0_dtype, a.flops, a.bytes, o.arg_set_id
+FROM profinfer_op_times o
+JOIN profinfer_slice_args a USING (arg_set_id)
+JOIN profinfer_graph g USING (graph);
+
+CREATE TABLE profinfer_node_times AS
+SELECT graph, node, COUNT(*) AS threads, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur,
+       SUM(dur) AS work, MAX(dur) AS slowest, MIN(dur) AS fastest, SUM(wait) AS wait,
+       MIN(arg_set_id) AS arg_set_id
+FROM profinfer_op_times
 GROUP BY graph, node;
+
+CREATE VIEW profinfer_node AS
+SELECT n.graph, n.node, g.step, g.phase, a.op, a.role, a.layer, a.tensor, a.dtype, a.src0_dtype,
+       a.flops, a.bytes, n.threads, n.ts, n.dur, n.work, n.slowest, n.fastest, n.wait
+FROM profinfer_node_times n
+JOIN profinfer_slice_args a USING (arg_set_id)
+JOIN profinfer_graph g USING (graph);
+
+CREATE TABLE profinfer_node_by_dur AS
+SELECT phase, op, role, dur FROM profinfer_node WHERE phase IS NOT NULL
+ORDER BY phase, op, role, dur;

@@ -1,0 +1,44 @@
+"""The names a trace gives its slices, tracks and args: the one contract between the layout that
+writes them and the SQL, `check`, benchmarks and tests that read them.
+
+trace_processor stores a debug annotation NAME under the arg key `debug.` + NAME with every `.`,
+`[` and `]` replaced by `_` (`arg_key`); the built-in engine applies the same rule. The names
+written here avoid those characters, so what a user finds in the file, the UI and `args` is the
+same string. tests/unit/test_names.py checks that every name the SQL and `check` read is one the
+layout writes.
+"""
+
+from __future__ import annotations
+
+RECORDING_TRACK = "profinfer-perfetto"
+RECORD_SLICE = "record"
+"""The recording itself: status, losses, settings, probe costs."""
+WAIT_SLICE = "barrier wait"
+"""A thread's wait at the barrier after its share of an op."""
+
+ARG_KEY_PREFIX = "debug."
+COUNTER_ARG_PREFIX = "counter_"
+PROBE_ARG_PREFIX = "probe_"
+
+_FLATTENED = str.maketrans({".": "_", "[": "_", "]": "_"})
+
+
+def graph_slice(backend: str) -> str:
+    """A graph computed by one backend."""
+    return f"graph {backend}"
+
+
+def counter_arg(counter: str) -> str:
+    """An op slice's arg: a perf counter's count during the op's work."""
+    return COUNTER_ARG_PREFIX + counter.translate(_FLATTENED)
+
+
+def probe_args(program: str) -> tuple[str, str]:
+    """The record slice's args for one BPF program: its runs and its mean ns per run."""
+    return f"{PROBE_ARG_PREFIX}{program}_runs", f"{PROBE_ARG_PREFIX}{program}_ns_per_run"
+
+
+def arg_key(name: str) -> str:
+    """The `args.key` under which trace_processor (and so the built-in engine) stores a debug
+    annotation named `name`."""
+    return ARG_KEY_PREFIX + name.translate(_FLATTENED)

@@ -1,0 +1,59 @@
+"""The names contract (model/names.py): what the SQL reads is what the layout writes.
+
+What is written is taken from the synthetic recording's layout and from the committed real
+recording the query goldens use (it has ops the synthetic one lacks, such as a sub-op)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from profinfer_perfetto.model.layout import Layout, build_layout
+from profinfer_perfetto.model.names import ARG_KEY_PREFIX, COUNTER_ARG_PREFIX, arg_key
+from profinfer_perfetto.model.trace_model import build
+from tests import synthetic, trace_reader
+from tests.unit.test_query import TRACE
+
+
+def _layout() -> Layout:
+    return build_layout(build(synthetic.recording()))
+
+
+def _written_args(layout: Layout) -> set[str]:
+    names = {name for args in layout.arg_sets for name, _ in args}
+    return names | {COUNTER_ARG_PREFIX + c for c in layout.counter_names}
+
+
+def _recorded_args() -> set[str]:
+    return {name for s in trace_reader.read(TRACE).slices for name in s.args}
+
+
+def _sql() -> dict[str, str]:
+    folder = resources.files("profinfer_perfetto.query").joinpath("sql")
+    return {f.name: f.read_text() for f in folder.iterdir() if f.name.endswith(".sql")}
+
+
+def test_written_arg_names_keep_their_name_on_trace_processor() -> None:
+    for name in _written_args(_layout()):
+        assert arg_key(name) == ARG_KEY_PREFIX + name, name
+
+
+def test_trace_processor_flattens_dots_and_brackets() -> None:
+    assert arg_key("counter.cpu/event=0x3c/[0]") == "debug.counter_cpu/event=0x3c/_0_"
+
+
+def test_every_arg_key_the_sql_reads_is_written() -> None:
+    written = {arg_key(n) for n in _written_args(_layout()) | _recorded_args()}
+    prefixes = {ARG_KEY_PREFIX + COUNTER_ARG_PREFIX}
+    for file, sql in _sql().items():
+        for key in set(re.findall(r"'(debug\.[\w-]+)'", sql)) - prefixes:
+            assert key in written, f"{file} reads {key}, which no layout writes"
+        for pattern in re.findall(r"GLOB '(debug\.[^']*)'", sql):
+            assert any(re.fullmatch(pattern.replace("*", ".*"), k) for k in written), file
+
+
+def test_every_slice_name_the_sql_reads_is_written() -> None:
+    layout = _layout()
+    for file, sql in _sql().items():
+        for name in re.findall(r"\bname = '([^']+)'", sql):
+            assert name in layout.strings, f"{file} reads slices named {name!r}: none written"
