@@ -6,7 +6,7 @@
 // Every record of a ring has the same size, so the reader parses a whole ring as one
 // numpy array (profinfer_perfetto/capture/ringbuf.py and events.py mirror these structs).
 //
-// Defined by profinfer_perfetto/capture/bpf.py before this text:
+// Defined by profinfer_perfetto/capture/program.py before this text:
 //   T_TYPE T_NE T_OP T_FLAGS T_SRC T_VIEW_SRC T_DATA T_NAME T_SIZE  offsets in ggml_tensor
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
