@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from profinfer_perfetto import __version__
-from profinfer_perfetto.capture.counters import MAX_COUNTERS, counter_config
+from profinfer_perfetto.capture.counters import counter_config
+from profinfer_perfetto.capture.events import MAX_COUNTERS
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.capture.selection import Selection

@@ -32,7 +32,6 @@ HARDWARE_COUNTERS = {
     "stalled-cycles-backend": 8,
     "ref-cycles": 9,
 }
-MAX_COUNTERS = 2
 _PERF_TYPE_HARDWARE = 0
 _PERF_TYPE_SOFTWARE = 1
 _PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}

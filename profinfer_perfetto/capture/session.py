@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from profinfer_perfetto.capture.counters import enable_run_time_stats, opened_configs
-from profinfer_perfetto.capture.events import EVENT, NODE, OP_STATS
+from profinfer_perfetto.capture.events import EVENT, NODE, OP_STATS, Ring
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.target import Probe
@@ -154,7 +154,7 @@ class ProbeSession:
     def lost(self) -> tuple[int, int]:
         """Events and node descriptors dropped because a ring was full."""
         table = self._bpf[b"lost"]
-        return tuple(int(sum(table[table.Key(i)])) for i in range(2))  # type: ignore[return-value]
+        return tuple(int(sum(table[table.Key(r)])) for r in Ring)  # type: ignore[return-value]
 
     def read(self) -> tuple[np.ndarray, np.ndarray]:
         return self.events.read(), self.nodes.read()
