@@ -1,4 +1,4 @@
-"""The probe ABI as C, generated from capture/events.py, its one definition.
+"""The probe ABI in C, generated from its one definition, capture/events.py.
 
 The BPF program gets every event kind and shared constant as a #define from here (it defines
 none of them itself), and a `_Static_assert` on the offset and size of every field of every
