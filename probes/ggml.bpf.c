@@ -4,16 +4,23 @@
 //   events: one fixed 56-byte record per token, graph, op and barrier boundary;
 //   nodes:  one descriptor per computed graph node (from the thread with ith == 0 only).
 // Every record of a ring has the same size, so the reader parses a whole ring as one
-// numpy array (profinfer_perfetto/capture/ringbuf.py and events.py mirror these structs).
+// numpy array (profinfer_perfetto/capture/ringbuf.py).
 //
-// Defined by profinfer_perfetto/capture/bpf.py before this text:
+// The probe ABI is defined in profinfer_perfetto/capture/events.py, not here: capture/abi.py
+// defines before this text the event kinds (EV_*), token entries (TOKEN_*), ring indices
+// (RING_*, N_RINGS), N_SRC (sources described per node), MAX_COUNTERS and HIST_BUCKETS, and
+// checks after it, at compile time, that struct event, src, node and op_stats have the layout
+// of their numpy dtypes.
+//
+// Defined by profinfer_perfetto/capture/program.py before this text:
 //   T_TYPE T_NE T_OP T_FLAGS T_SRC T_VIEW_SRC T_DATA T_NAME T_SIZE  offsets in ggml_tensor
+//   T_N_SRC          sources a ggml_tensor has (GGML_MAX_SRC)
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
-//   N_SRC            sources described per node (<= GGML_MAX_SRC)
 //   N_COUNTERS       perf counters read with perf_read (0, 1 or 2)
 //   EVENT_PAGES NODE_PAGES  ring sizes in pages (powers of two)
 //   MAX_CPUS         size of the perf event arrays
+//   MAX_OPS MAX_THREADS MAX_TENSORS  sizes of the tables by op id, thread and tensor
 //   GATED            1: ops and graphs are traced only in chosen token steps, from FIRST_STEP
 //                    (inclusive) to LAST_STEP (exclusive, 0 = no end), every SAMPLE_EVERY-th
 //   DETACH           1: the op probes come and go with the chosen steps (a `steer` record
@@ -31,25 +38,11 @@
 
 #include <uapi/linux/ptrace.h>
 
-#define EV_TOKEN_BEGIN 1
-#define EV_TOKEN_END 2
-#define EV_GRAPH_BEGIN 3
-#define EV_GRAPH_END 4
-#define EV_OP_BEGIN 5
-#define EV_BARRIER 6
-#define EV_OP_SKIP 7   // an op left out by the filter: it ends the previous op's barrier wait
-
-#define TOKEN_DECODE 0
-#define TOKEN_ENCODE 1
-
-#define LOST_EVENTS 0
-#define LOST_NODES 1
-
 struct event {
     u64 ts;
     u64 arg0;      // op: tensor; graph: cgraph; token: n_tokens (begin) or status (end)
     u64 arg1;      // fused op: second tensor; graph: n_nodes | n_threads << 32
-    u64 counter[2];
+    u64 counter[MAX_COUNTERS];
     u32 pid;
     u32 tid;
     u16 cpu;
@@ -81,20 +74,28 @@ struct node {
     char name[64];
 };
 
+struct op_stats {      // --aggregate: per tensor, over threads and steps
+    u64 count;
+    u64 work_ns;
+    u64 wait_ns;
+    u64 max_work_ns;
+    u64 hist[HIST_BUCKETS];  // work: bucket b counts shares of 2^(b-1) to 2^b ns
+};
+
 struct tensor_bytes {
     u8 b[T_SIZE];
 };
 
 BPF_RINGBUF_OUTPUT(events, EVENT_PAGES);
 BPF_RINGBUF_OUTPUT(nodes, NODE_PAGES);
-BPF_PERCPU_ARRAY(lost, u64, 2);
+BPF_PERCPU_ARRAY(lost, u64, N_RINGS);
 BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 2);  // [0] the node, [1] one of its sources
 struct seen {
     u64 signature; // of the tensor's bytes when it was last described
     u64 uses;
     u64 build;     // the graph build it was last checked in
 };
-BPF_HASH(described_as, u64, struct seen, 65536);
+BPF_HASH(described_as, u64, struct seen, MAX_TENSORS);
 BPF_ARRAY(graph_builds, u64, 1);
 
 // ggml_gallocr_alloc_graph: a graph was (re)built; its nodes may have changed.
@@ -127,23 +128,15 @@ static __always_inline int chosen(u64 step) {
 BPF_RINGBUF_OUTPUT(steer, 1);
 #endif
 #if AGGREGATE
-#define HIST_BUCKETS 32
 struct op_share {      // one thread's current op
     u64 node;          // its tensor (the first of a fused pair)
     u64 begin;
     u64 barrier;       // the last barrier the thread entered, 0 for none yet
 };
-struct op_stats {      // per tensor, over threads and steps
-    u64 count;
-    u64 work_ns;
-    u64 wait_ns;
-    u64 max_work_ns;
-    u64 hist[HIST_BUCKETS];  // work: bucket b counts shares of 2^(b-1) to 2^b ns
-};
-BPF_HASH(current_op, u32, struct op_share, 4096);
-BPF_HASH(op_stats, u64, struct op_stats, 65536);
+BPF_HASH(current_op, u32, struct op_share, MAX_THREADS);
+BPF_HASH(op_stats, u64, struct op_stats, MAX_TENSORS);
 BPF_PERCPU_ARRAY(no_stats, struct op_stats, 1);
-BPF_HASH(described, u64, u8, 65536);
+BPF_HASH(described, u64, u8, MAX_TENSORS);
 BPF_ARRAY(last_graph_end, u64, 1);
 
 // Add a thread's finished share to its node's statistics; its wait ends at `now`, or at the
@@ -178,8 +171,8 @@ static __always_inline void close_share(u32 tid, u64 now) {
 }
 #endif
 #if OP_FILTER
-BPF_ARRAY(op_traced, u8, 256);
-BPF_HASH(op_skipped, u32, u8, 4096);  // per thread: its current op is left out
+BPF_ARRAY(op_traced, u8, MAX_OPS);
+BPF_HASH(op_skipped, u32, u8, MAX_THREADS);  // per thread: its current op is left out
 #endif
 #if N_COUNTERS > 0
 BPF_PERF_ARRAY(counter0, MAX_CPUS);
@@ -197,7 +190,7 @@ static __always_inline void count_lost(int ring) {
 static __always_inline struct event *begin_event(u8 kind) {
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
     if (!e) {
-        count_lost(LOST_EVENTS);
+        count_lost(RING_EVENTS);
         return 0;
     }
     u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -304,7 +297,7 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     described_as.update(&key, &fresh);
     struct node *n = nodes.ringbuf_reserve(sizeof(struct node));
     if (!n) {
-        count_lost(LOST_NODES);
+        count_lost(RING_NODES);
         described_as.delete(&key);
         return;
     }
@@ -329,7 +322,9 @@ static __always_inline void describe(u64 ts, const void *tensor) {
 #pragma unroll
     for (int i = 0; i < N_SRC; i++) {
         struct src *s = &n->src[i];
-        __builtin_memcpy(&s->ptr, t->b + T_SRC + i * 8, 8);
+        s->ptr = 0;
+        if (i < T_N_SRC)  // a ggml with fewer sources than we describe
+            __builtin_memcpy(&s->ptr, t->b + T_SRC + i * 8, 8);
         s->view_src = 0;
         s->type = 0;
         s->op = 0;

@@ -9,8 +9,11 @@ from typing import Annotated
 import typer
 
 from profinfer_perfetto import __version__
-from profinfer_perfetto.capture.bpf import MAX_COUNTERS, RingSizes, Selection, counter_config
+from profinfer_perfetto.capture.counters import counter_config
+from profinfer_perfetto.capture.events import MAX_COUNTERS
+from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.recorder import RecordRequest
+from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.check.baseline import from_traces
 from profinfer_perfetto.commands import doctor
 from profinfer_perfetto.commands.check import CheckCommand

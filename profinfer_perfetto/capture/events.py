@@ -1,6 +1,8 @@
 """The columnar event records that cross from the probes (probes/ggml.bpf.c) to user space.
 
-Each numpy dtype mirrors one C struct field for field; a recording is a few arrays of these.
+This is the probe ABI's one definition: each numpy dtype is the layout of one C struct, and
+capture/abi.py turns the dtypes, kinds and constants below into the program's #defines and
+compile-time layout checks. A recording is a few arrays of these records.
 """
 
 from __future__ import annotations
@@ -9,8 +11,12 @@ from enum import IntEnum
 
 import numpy as np
 
-# Sources described per graph node; N_SRC in the BPF program.
 N_SRC = 6
+"""Sources described per graph node."""
+MAX_COUNTERS = 2
+"""Perf counters an event carries."""
+HIST_BUCKETS = 32
+"""--aggregate: log2 buckets of an op share's work time."""
 
 
 class Kind(IntEnum):
@@ -31,12 +37,19 @@ class TokenEntry(IntEnum):
     ENCODE = 1
 
 
+class Ring(IntEnum):
+    """The two rings, by their index in the probes' count of records lost to a full ring."""
+
+    EVENTS = 0
+    NODES = 1
+
+
 EVENT = np.dtype(
     [
         ("ts", "<u8"),
         ("arg0", "<u8"),
         ("arg1", "<u8"),
-        ("counter", "<u8", (2,)),
+        ("counter", "<u8", (MAX_COUNTERS,)),
         ("pid", "<u4"),
         ("tid", "<u4"),
         ("cpu", "<u2"),
@@ -73,11 +86,8 @@ NODE = np.dtype(
     ]
 )
 
-HIST_BUCKETS = 32
-
-OP_STATS = np.dtype(
+OP_SHARES = np.dtype(
     [
-        ("node", "<u8"),
         ("count", "<u8"),
         ("work_ns", "<u8"),
         ("wait_ns", "<u8"),
@@ -85,6 +95,9 @@ OP_STATS = np.dtype(
         ("hist", "<u8", (HIST_BUCKETS,)),
     ]
 )
-"""Per tensor, as --aggregate sums its op shares in BPF (probes/ggml.bpf.c struct op_stats)."""
+"""What --aggregate sums per tensor in BPF (struct op_stats, the value of the op_stats map)."""
+
+OP_STATS = np.dtype([("node", "<u8"), *OP_SHARES.descr])
+"""One row per tensor: its pointer (the map's key), then its summed shares."""
 
 assert EVENT.itemsize == 56 and NODE.itemsize == 480

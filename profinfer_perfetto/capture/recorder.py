@@ -20,15 +20,11 @@ from types import FrameType
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.bpf import (
-    ProbeCost,
-    ProbeSession,
-    RingSizes,
-    Selection,
-    program_text,
-)
 from profinfer_perfetto.capture.events import EVENT, NODE
 from profinfer_perfetto.capture.ggml import GgmlInfo
+from profinfer_perfetto.capture.program import RingSizes, program_text
+from profinfer_perfetto.capture.selection import Selection
+from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
 from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.errors import ProfinferError
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from profinfer_perfetto.capture.bpf import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_opens
+from profinfer_perfetto.capture.counters import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_opens
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import TP_BIN_ENV, find_trace_processor
 

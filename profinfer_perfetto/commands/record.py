@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profinfer_perfetto.capture.bpf import program_text
+from profinfer_perfetto.capture.program import program_text
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable

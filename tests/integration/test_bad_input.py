@@ -60,4 +60,6 @@ def test_ebpf_prints_the_program(cli: Cli, llama: Callable[..., Path]) -> None:
     assert result.returncode == 0, result.stderr
     assert "#define T_NE 16" in result.stdout
     assert "int op_begin(struct pt_regs *ctx)" in result.stdout
+    assert "#define EV_OP_BEGIN 5" in result.stdout  # the probe ABI before the probes
+    assert "_Static_assert(sizeof(struct node) == 480" in result.stdout  # and its checks after
     assert "uprobe barrier_enter" in result.stdout and "uretprobe graph_end" in result.stdout

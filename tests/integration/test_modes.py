@@ -88,9 +88,9 @@ def test_detach_records_a_chosen_step_whole(cli: Cli, llama: Callable[..., Path]
 def test_aggregate_counts_what_full_tracing_records(
     llama: Callable[..., Path], model: Callable[[str], Path]
 ) -> None:
-    from profinfer_perfetto.capture.bpf import Selection
     from profinfer_perfetto.capture.events import HIST_BUCKETS
     from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+    from profinfer_perfetto.capture.selection import Selection
     from profinfer_perfetto.model.aggregate import op_stats
     from profinfer_perfetto.model.trace_model import build
 

@@ -1,0 +1,72 @@
+"""The probe ABI in C, generated from its one definition, capture/events.py.
+
+The BPF program gets every event kind and shared constant as a #define from here (it defines
+none of them itself), and a `_Static_assert` on the offset and size of every field of every
+struct that crosses to user space, and on each struct's size. A C struct that drifts from
+its numpy dtype then fails BCC's compile with a message naming the field, instead of
+garbling recordings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import (
+    EVENT,
+    HIST_BUCKETS,
+    MAX_COUNTERS,
+    N_SRC,
+    NODE,
+    OP_SHARES,
+    SRC,
+    Kind,
+    Ring,
+    TokenEntry,
+)
+
+STRUCTS: Mapping[str, np.dtype] = {"event": EVENT, "src": SRC, "node": NODE, "op_stats": OP_SHARES}
+"""C struct name -> the dtype that reads it."""
+
+
+def constants() -> dict[str, int]:
+    """Every name the probes and user space must agree on, with its value."""
+    return {
+        **{f"EV_{kind.name}": kind.value for kind in Kind},
+        **{f"TOKEN_{entry.name}": entry.value for entry in TokenEntry},
+        **{f"RING_{ring.name}": ring.value for ring in Ring},
+        "N_RINGS": len(Ring),
+        "N_SRC": N_SRC,
+        "MAX_COUNTERS": MAX_COUNTERS,
+        "HIST_BUCKETS": HIST_BUCKETS,
+    }
+
+
+def c_defines(values: Mapping[str, int | str]) -> str:
+    return "".join(f"#define {name} {value}\n" for name, value in values.items())
+
+
+def header() -> str:
+    """The constants as #defines, to precede the probes' source."""
+    return "// The probe ABI, from profinfer_perfetto/capture/events.py\n" + c_defines(constants())
+
+
+def _assert(condition: str, fact: str) -> str:
+    return f'_Static_assert({condition}, "probe ABI: capture/events.py has {fact}");\n'
+
+
+def layout_checks(structs: Mapping[str, np.dtype] = STRUCTS) -> str:
+    """Compile-time checks that each C struct has its dtype's layout; they follow the probes'
+    source, where the structs are declared."""
+    lines = ["// The probe ABI: its structs have the layout of their dtypes\n"]
+    for struct, dtype in structs.items():
+        for name, (field, offset, *_) in (dtype.fields or {}).items():
+            member = f"((struct {struct} *)0)->{name}"
+            lines.append(_assert(f"__builtin_offsetof(struct {struct}, {name}) == {offset}",
+                                 f"struct {struct} field {name} at byte {offset}"))
+            lines.append(_assert(f"sizeof({member}) == {field.itemsize}",
+                                 f"struct {struct} field {name} of {field.itemsize} bytes"))
+        lines.append(_assert(f"sizeof(struct {struct}) == {dtype.itemsize}",
+                             f"struct {struct} of {dtype.itemsize} bytes"))
+    return "".join(lines)

@@ -1,0 +1,84 @@
+"""The exact BPF program BCC compiles: the build's #defines, the probe ABI from capture/abi.py,
+probes/ggml.bpf.c, then the ABI's layout checks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from profinfer_perfetto.capture import abi
+from profinfer_perfetto.capture.ggml import GgmlInfo
+from profinfer_perfetto.capture.selection import Selection
+
+REFRESH_EVERY = 32
+"""A node whose own bytes did not change is described again at every 32nd use."""
+MAX_OPS = 256
+"""Op ids the --ops filter can choose (the op_traced map)."""
+MAX_THREADS = 4096
+"""Threads whose current op the probes follow at once."""
+MAX_TENSORS = 65536
+"""Tensors the probes remember as described (and sum statistics for, with --aggregate)."""
+
+
+@dataclass(frozen=True)
+class RingSizes:
+    event_pages: int = 4096
+    node_pages: int = 4096
+
+
+def probe_source() -> str:
+    """The BPF C source shipped with the package (or beside it, in a source checkout)."""
+    packaged = resources.files("profinfer_perfetto").joinpath("probes/ggml.bpf.c")
+    if packaged.is_file():
+        return packaged.read_text()
+    return (Path(__file__).resolve().parents[2] / "probes" / "ggml.bpf.c").read_text()
+
+
+def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, selection: Selection,
+                  graph_builds: bool) -> dict[str, int | str]:
+    """What this recording's program is built for: the target's struct offsets, the sizes of
+    the rings and tables, and the selection."""
+    layout, runtime = ggml.layout, ggml.runtime
+    return {
+        "T_TYPE": layout.type,
+        "T_NE": layout.ne,
+        "T_OP": layout.op,
+        "T_FLAGS": layout.flags,
+        "T_SRC": layout.src,
+        "T_N_SRC": layout.n_src,
+        "T_VIEW_SRC": layout.view_src,
+        "T_DATA": layout.data,
+        "REFRESH_EVERY": REFRESH_EVERY,
+        "GRAPH_BUILDS": int(graph_builds),
+        "T_NAME": layout.name,
+        "T_SIZE": layout.size,
+        "CGRAPH_N_NODES": runtime.cgraph_n_nodes,
+        "CPLAN_N_THREADS": runtime.cplan_n_threads,
+        "BATCH_EXT_TOKENS": runtime.batch_ext_tokens,
+        "BATCH_EXT_TOKEN_SIZE": runtime.batch_ext_token_size,
+        "N_COUNTERS": len(counters),
+        "EVENT_PAGES": rings.event_pages,
+        "NODE_PAGES": rings.node_pages,
+        "MAX_CPUS": os.cpu_count() or 1,
+        "MAX_OPS": MAX_OPS,
+        "MAX_THREADS": MAX_THREADS,
+        "MAX_TENSORS": MAX_TENSORS,
+        "GATED": int(selection.gated),
+        "DETACH": int(selection.detach),
+        "FIRST_STEP": selection.first,
+        "LAST_STEP": selection.last,
+        "SAMPLE_EVERY": selection.every,
+        "OP_FILTER": int(selection.filtered),
+        "NAME_PREFIX": '"' + selection.name_prefix.replace('"', "") + '"',
+        "NAME_PREFIX_LEN": len(selection.name_prefix.encode()),
+        "AGGREGATE": int(selection.aggregate),
+    }
+
+
+def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
+                 selection: Selection, graph_builds: bool) -> str:
+    """The exact program BCC compiles (and `record --ebpf` prints)."""
+    build = _build_defines(ggml, counters, rings, selection, graph_builds)
+    return abi.c_defines(build) + abi.header() + probe_source() + abi.layout_checks()

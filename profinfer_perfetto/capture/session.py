@@ -1,0 +1,194 @@
+"""The BCC session: compile the program, attach its uprobes to a target, read its rings and
+tables, and take it all down again.
+
+Uprobes are attached through libbcc's `bpf_attach_uprobe` with all seven of its arguments.
+Debian's BCC 0.26 Python binding declares six, so the seventh, `ref_ctr_offset`, arrives as
+whatever is in the register: the kernel then takes that file offset of the probed library as
+a USDT semaphore, increments it in the target's memory and refuses other tracers on the same
+function. We pass 0: no semaphore, nothing written into the target.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from profinfer_perfetto.capture.counters import enable_run_time_stats, opened_configs
+from profinfer_perfetto.capture.events import EVENT, NODE, OP_STATS, Ring
+from profinfer_perfetto.capture.program import RingSizes
+from profinfer_perfetto.capture.ringbuf import RingReader
+from profinfer_perfetto.capture.target import Probe
+from profinfer_perfetto.errors import ProfinferError
+
+
+def _import_bcc() -> Any:
+    try:
+        import bcc
+    except ImportError:
+        raise ProfinferError(
+            "BCC's Python module is not importable: install Debian's python3-bpfcc "
+            "(run `profinfer-perfetto doctor`)"
+        ) from None
+    return bcc
+
+
+def _attach_uprobe_fn(lib: ctypes.CDLL) -> Any:
+    fn = lib.bpf_attach_uprobe
+    fn.restype = ctypes.c_int
+    fn.argtypes = [
+        ctypes.c_int,  # prog fd
+        ctypes.c_int,  # attach type: 0 entry, 1 return
+        ctypes.c_char_p,  # event name
+        ctypes.c_char_p,  # binary path
+        ctypes.c_uint64,  # file offset
+        ctypes.c_int,  # pid, -1 for all
+        ctypes.c_uint32,  # ref_ctr_offset
+    ]
+    return fn
+
+
+@dataclass(frozen=True)
+class ProbeCost:
+    """What one BPF program of ours cost: its runs and their summed time (kernel-measured,
+    without the uprobe trap around each run)."""
+
+    runs: int
+    ns: int
+
+
+class ProbeSession:
+    """The loaded program, its uprobes on one process and the readers of its rings."""
+
+    def __init__(self, text: str, counters: list[str], rings: RingSizes,
+                 traced_ops: list[int] | None = None, steered: bool = False) -> None:
+        bcc = _import_bcc()
+        configs = opened_configs(counters)
+        try:
+            self._bpf = bcc.BPF(text=text.encode())
+        except Exception as exc:
+            raise ProfinferError(f"the BPF program did not load: {exc}") from exc
+        for table, (kind, config) in zip(("counter0", "counter1"), configs, strict=False):
+            try:
+                self._bpf[table.encode()].open_perf_event(kind, config)
+            except Exception as exc:
+                raise ProfinferError(f"counter {counters[int(table[-1])]}: {exc}") from None
+        page = os.sysconf("SC_PAGE_SIZE")
+        self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
+        self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
+        self._steer: RingReader | None = None
+        self._steer_poll = select.poll()
+        if steered:
+            fd = self._bpf[b"steer"].map_fd
+            self._steer = RingReader(fd, page, np.dtype("<u8"))
+            self._steer_poll.register(fd, select.POLLIN)
+        if traced_ops:
+            table = self._bpf[b"op_traced"]
+            for op in traced_ops:
+                table[table.Key(op)] = table.Leaf(1)
+        libbcc = ctypes.CDLL("libbcc.so.0")
+        self._attach = _attach_uprobe_fn(libbcc)
+        self._close_perf_event = libbcc.bpf_close_perf_event_fd
+        self._attached: dict[Probe, bytes] = {}
+        self._stats_fd = enable_run_time_stats()
+
+    def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
+        for probe in probes:
+            fn = self._bpf.load_func(probe.fn.encode(), self._bpf.KPROBE)
+            ev_name = b"pi_%s_%d_%x_%d" % (probe.fn.encode(), pid, probe.offset, probe.ret)
+            fd = self._attach(
+                fn.fd, int(probe.ret), ev_name, str(probe.path).encode(), probe.offset, pid, 0
+            )
+            if fd < 0:
+                raise ProfinferError(
+                    f"cannot attach a uprobe to {probe.where} in {probe.path}: "
+                    f"{os.strerror(ctypes.get_errno() or 22)}"
+                )
+            # BCC's own bookkeeping, so that its cleanup detaches these probes too.
+            self._bpf._add_uprobe_fd(ev_name, fd)
+            self._attached[probe] = ev_name
+
+    def detach(self, probes: tuple[Probe, ...]) -> None:
+        """Remove probes, all at once: removing one waits for the kernel (Linux 6.18: 0.7-0.9 s
+        for the seven op probes in all), and a probe still in place keeps trapping meanwhile."""
+        names = [self._attached.pop(p) for p in probes if p in self._attached]
+        fds = [self._bpf.uprobe_fds[name] for name in names]
+        with ThreadPoolExecutor(max(len(fds), 1)) as pool:  # ctypes calls run without the GIL
+            list(pool.map(self._close_perf_event, fds))
+        for name in names:
+            self._bpf._del_uprobe_fd(name)  # BCC's bookkeeping, as detach_uprobe_event does
+
+    def op_stats(self) -> np.ndarray:
+        """The --aggregate statistics so far, one row per tensor."""
+        table = self._bpf[b"op_stats"]
+        try:
+            items = list(table.items_lookup_batch())  # one system call (Linux 5.6+)
+        except Exception:
+            items = list(table.items())
+        rows = [(int(getattr(k, "value", k)), v.count, v.work_ns, v.wait_ns, v.max_work_ns,
+                 tuple(v.hist))
+                for k, v in items]
+        return np.array(rows, OP_STATS)
+
+    def gate(self) -> tuple[int, bool]:
+        """Token steps begun so far, and whether the op probes count as attached."""
+        return int(self._bpf[b"gate"][0].step), bool(self._bpf[b"armed"][0].value)
+
+    def wait_for_steer(self, timeout_s: float) -> None:
+        """With --detach: sleep until a token begin says the op probes should come or go."""
+        self._steer_poll.poll(timeout_s * 1000)
+        if self._steer is not None:
+            self._steer.read()
+
+    def arm(self, armed: bool) -> None:
+        table = self._bpf[b"armed"]
+        table[table.Key(0)] = table.Leaf(int(armed))
+
+    def lost(self) -> tuple[int, int]:
+        """Events and node descriptors dropped because a ring was full."""
+        table = self._bpf[b"lost"]
+        return tuple(int(sum(table[table.Key(r)])) for r in Ring)  # type: ignore[return-value]
+
+    def read(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.events.read(), self.nodes.read()
+
+    def costs(self) -> dict[str, ProbeCost]:
+        """Per BPF program that ran: runs and time, from its fdinfo (empty without stats)."""
+        costs = {}
+        for name, fn in self._bpf.funcs.items():
+            try:
+                info = Path(f"/proc/self/fdinfo/{fn.fd}").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":\t", 1) for line in info.splitlines() if ":\t" in line)
+            runs = int(fields.get("run_cnt", "0"))
+            if runs:
+                costs[name.decode()] = ProbeCost(runs, int(fields.get("run_time_ns", "0")))
+        return costs
+
+    def close(self) -> None:
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)
+        self.events.close()
+        self.nodes.close()
+        if self._steer is not None:
+            self._steer.close()
+        self._bpf.cleanup()
+
+    def __enter__(self) -> ProbeSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,37 @@
+"""The probe ABI generated from capture/events.py: every record field, kind and constant."""
+
+from __future__ import annotations
+
+import re
+
+from profinfer_perfetto.capture import abi
+from profinfer_perfetto.capture.events import NODE, Kind, Ring, TokenEntry
+from profinfer_perfetto.capture.program import probe_source
+
+
+def test_every_field_of_every_struct_is_checked() -> None:
+    checks = abi.layout_checks()
+    for struct, dtype in abi.STRUCTS.items():
+        for name, (field, offset, *_) in (dtype.fields or {}).items():
+            assert f"__builtin_offsetof(struct {struct}, {name}) == {offset}," in checks
+            assert f"sizeof(((struct {struct} *)0)->{name}) == {field.itemsize}," in checks
+        assert f"sizeof(struct {struct}) == {dtype.itemsize}," in checks
+
+
+def test_nested_structs_are_checked_too() -> None:
+    src = NODE["src"].base
+    assert src in abi.STRUCTS.values()
+
+
+def test_every_kind_and_constant_is_defined() -> None:
+    header = abi.header()
+    for prefix, enum in (("EV", Kind), ("TOKEN", TokenEntry), ("RING", Ring)):
+        for member in enum:
+            assert f"#define {prefix}_{member.name} {member.value}\n" in header
+    for name in ("N_RINGS", "N_SRC", "MAX_COUNTERS", "HIST_BUCKETS"):
+        assert f"#define {name} " in header
+
+
+def test_the_probes_define_no_abi_constant_themselves() -> None:
+    defined = set(re.findall(r"^\s*#\s*define\s+(\w+)", probe_source(), re.MULTILINE))
+    assert not defined & set(abi.constants())
