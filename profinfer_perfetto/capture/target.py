@@ -61,12 +61,23 @@ def objects_of_command(command: list[str], extra: list[Path]) -> list[Path]:
     exe = shutil.which(command[0])
     if exe is None:
         raise ProfinferError(f"command not found: {command[0]}")
-    objects = [Path(exe).resolve()]
+    return objects_of_file(Path(exe)) + extra
+
+
+def objects_of_file(path: Path) -> list[Path]:
+    """An executable or library and the shared objects the loader would map for it.
+
+    `ldd` asks the system loader to list them (LD_TRACE_LOADED_OBJECTS): it maps them and exits
+    before running any initializer (a test checks that a library's constructor does not run)."""
+    if not path.is_file():
+        raise ProfinferError(f"no such file: {path}")
+    objects = [path.resolve()]
     ldd = shutil.which("ldd")
     if ldd is not None:
-        out = subprocess.run([ldd, exe], capture_output=True, text=True, check=False).stdout
+        out = subprocess.run([ldd, str(path)], capture_output=True, text=True,
+                             check=False).stdout
         objects += [Path(m) for m in re.findall(r"=>\s+(/\S+)\s+\(", out)]
-    return objects + extra
+    return objects
 
 
 def objects_of_process(pid: int, extra: list[Path]) -> list[Path]:
