@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,25 @@ def test_the_cli_says_one_sentence_and_exits_2(cli: Cli, tmp_path: Path) -> None
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "ggml_get_name is not defined in libother.so" in lines[0]
+
+
+def test_doctor_reads_a_running_process_s_files(cli: Cli, fake: Path, tmp_path: Path) -> None:
+    """--pid reads the files the process maps, through /proc/PID/root (the test runs the
+    process, and so its constructor: the recorder itself only reads)."""
+    main = tmp_path / "main.c"
+    main.write_text("#include <unistd.h>\nint main(void) { pause(); return 0; }\n")
+    exe = _gcc(tmp_path, main, "uses-fake", "-Wl,--no-as-needed", f"-L{tmp_path}",
+               "-lfake-ggml", f"-Wl,-rpath,{tmp_path}")
+    proc = subprocess.Popen([exe])
+    try:
+        maps = Path(f"/proc/{proc.pid}/maps")
+        for _ in range(200):
+            if "libfake-ggml.so" in maps.read_text():
+                break
+            time.sleep(0.01)
+        result = cli("doctor", "--pid", str(proc.pid))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "ggml 9.9.9-fake" in result.stdout, result.stderr
+    assert "ggml_get_name in libfake-ggml.so" in result.stdout
