@@ -174,51 +174,10 @@ def _offset(r: _Reader, fact: str, symbol: str, expected: str, reg: str = "rdi",
 
 def _tensor_layout(r: _Reader) -> tuple[TensorLayout, dict[str, int]]:
     """The tensor's field offsets, and the op enum values the accessors compare with."""
-    fn = r.function("ggml_get_name", "the tensor's name offset")
-    lea = x86.field_address(fn.insns, "rdi")
-    if lea is None:
-        raise _unmatched("the tensor's name offset", fn, "return the address of a field")
-    name = lea[1]
-    r.fact("tensor.name", name, fn.where(lea[0]))
-    fn = r.function("ggml_set_name", "GGML_MAX_NAME")
-    bound = x86.immediate_to(fn.insns, cx.X86_INS_CMP)
-    if bound is None:
-        raise _unmatched("GGML_MAX_NAME", fn, "copy a bounded name (cmp $GGML_MAX_NAME-1)")
-    name_len = bound[1] + 1
-    r.fact("tensor.name length", name_len, fn.where(bound[0]) + " (+1: the NUL)")
-
-    cmp = "compare the tensor's op with GGML_OP_UNARY"
-    unary, fn = _access(r, "the tensor's op offset", "ggml_get_unary_op", "rdi", cmp,
-                        lambda a: a.insn.kind == cx.X86_INS_CMP and a.imm is not None)
-    assert unary.imm is not None
-    op, enums = unary.offset, {"UNARY": unary.imm}
-    r.fact("tensor.op", op, fn.where(unary.insn))
-    r.fact("GGML_OP_UNARY", unary.imm, fn.where(unary.insn))
-    op_params = _offset(r, "tensor.op_params", "ggml_get_unary_op", "read op_params[0]",
-                        want=lambda a: a.insn.kind == cx.X86_INS_MOV and a.offset != op)
-    if r.defines("ggml_get_glu_op") is not None:
-        glu, fn = _access(r, "GGML_OP_GLU", "ggml_get_glu_op", "rdi", "compare op with GLU",
-                          lambda a: a.insn.kind == cx.X86_INS_CMP and a.offset == op)
-        assert glu.imm is not None
-        enums["GLU"] = glu.imm
-        r.fact("GGML_OP_GLU", glu.imm, fn.where(glu.insn))
-    add, fn = _access(r, "tensor.src", "ggml_add", x86.RETURNED,
-                      "store GGML_OP_ADD in the tensor it makes",
-                      lambda a: a.stores and a.imm is not None and a.offset == op)
-    assert add.imm is not None
-    enums["ADD"] = add.imm
-    r.fact("GGML_OP_ADD", add.imm, fn.where(add.insn))
-    src = _offset(r, "tensor.src", "ggml_add", "store its operands in the new tensor's src",
-                  x86.RETURNED, lambda a: a.stores and a.imm is None and a.insn.size == 8)
-
+    name, name_len = _name(r)
+    op, op_params, enums = _op(r)
+    src, enums["ADD"] = _src(r, op)
     view_src = _view_src(r)
-    size_fn = r.function("ggml_tensor_overhead", "sizeof(struct ggml_tensor)")
-    overhead = x86.immediate_to(size_fn.insns, cx.X86_INS_MOV, "rax")
-    if overhead is None:
-        raise _unmatched("sizeof(struct ggml_tensor)", size_fn, "return a constant")
-    size = overhead[1] - _OBJECT_SIZE
-    r.fact("tensor size", size, size_fn.where(overhead[0]) + f" minus the {_OBJECT_SIZE}-byte "
-           "ggml_object header")
     layout = TensorLayout(
         type=_offset(r, "tensor.type", "ggml_element_size", "read the tensor's type",
                      want=lambda a: a.insn.size == 4),
@@ -235,11 +194,72 @@ def _tensor_layout(r: _Reader) -> tuple[TensorLayout, dict[str, int]]:
         data=_offset(r, "tensor.data", "ggml_get_data", "read the data pointer"),
         name=name,
         name_len=name_len,
-        size=size,
+        size=_size(r),
     )
     r.fact("GGML_MAX_SRC", layout.n_src, "(view_src - src) / 8: src[] is right before view_src")
     _check_layout(layout)
     return layout, enums
+
+
+def _name(r: _Reader) -> tuple[int, int]:
+    """The name's offset (`ggml_get_name` returns its address) and length (`ggml_set_name`
+    copies at most GGML_MAX_NAME - 1 bytes)."""
+    fn = r.function("ggml_get_name", "the tensor's name offset")
+    lea = x86.field_address(fn.insns, "rdi")
+    if lea is None:
+        raise _unmatched("the tensor's name offset", fn, "return the address of a field")
+    r.fact("tensor.name", lea[1], fn.where(lea[0]))
+    fn = r.function("ggml_set_name", "GGML_MAX_NAME")
+    bound = x86.immediate_to(fn.insns, cx.X86_INS_CMP)
+    if bound is None:
+        raise _unmatched("GGML_MAX_NAME", fn, "copy a bounded name (cmp $GGML_MAX_NAME-1)")
+    r.fact("tensor.name length", bound[1] + 1, fn.where(bound[0]) + " (+1: the NUL)")
+    return lea[1], bound[1] + 1
+
+
+def _compared(r: _Reader, fact: str, symbol: str, op: int | None = None) -> tuple[int, int]:
+    """(offset, value) of the first `cmp $value, offset(tensor)` (at offset `op` if given)."""
+    found, fn = _access(r, fact, symbol, "rdi", "compare a field of the tensor with a constant",
+                        lambda a: a.insn.kind == cx.X86_INS_CMP and a.imm is not None
+                        and (op is None or a.offset == op))
+    r.fact(fact, found.imm or 0, fn.where(found.insn))
+    return found.offset, found.imm or 0
+
+
+def _op(r: _Reader) -> tuple[int, int, dict[str, int]]:
+    """op and op_params: `ggml_get_unary_op` asserts `op == GGML_OP_UNARY` and returns
+    op_params[0]; `ggml_get_glu_op` (absent before 2025) the same with GGML_OP_GLU."""
+    op, unary = _compared(r, "GGML_OP_UNARY", "ggml_get_unary_op")
+    r.fact("tensor.op", op, "the field GGML_OP_UNARY is compared with")
+    op_params = _offset(r, "tensor.op_params", "ggml_get_unary_op", "read op_params[0]",
+                        want=lambda a: a.insn.kind == cx.X86_INS_MOV and a.offset != op)
+    enums = {"UNARY": unary}
+    if r.defines("ggml_get_glu_op") is not None:
+        enums["GLU"] = _compared(r, "GGML_OP_GLU", "ggml_get_glu_op", op)[1]
+    return op, op_params, enums
+
+
+def _src(r: _Reader, op: int) -> tuple[int, int]:
+    """src and GGML_OP_ADD: `ggml_add` stores ADD in the op of the tensor it makes, then its
+    operands in src[0] and src[1]."""
+    add, fn = _access(r, "GGML_OP_ADD", "ggml_add", x86.RETURNED,
+                      "store GGML_OP_ADD in the tensor it makes",
+                      lambda a: a.stores and a.imm is not None and a.offset == op)
+    r.fact("GGML_OP_ADD", add.imm or 0, fn.where(add.insn))
+    src = _offset(r, "tensor.src", "ggml_add", "store its operands in the new tensor's src",
+                  x86.RETURNED, lambda a: a.stores and a.imm is None and a.insn.size == 8)
+    return src, add.imm or 0
+
+
+def _size(r: _Reader) -> int:
+    fn = r.function("ggml_tensor_overhead", "sizeof(struct ggml_tensor)")
+    overhead = x86.immediate_to(fn.insns, cx.X86_INS_MOV, "rax")
+    if overhead is None:
+        raise _unmatched("sizeof(struct ggml_tensor)", fn, "return a constant")
+    size = overhead[1] - _OBJECT_SIZE
+    r.fact("tensor size", size,
+           fn.where(overhead[0]) + f" minus the {_OBJECT_SIZE}-byte ggml_object header")
+    return size
 
 
 def _view_src(r: _Reader) -> int:

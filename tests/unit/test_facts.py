@@ -50,7 +50,7 @@ def test_facts_come_from_the_code_and_nothing_is_loaded(fake: Path, marker: Path
     info = read_ggml_info([ElfFile(fake)])
     assert info.layout == FAKE_LAYOUT
     assert info.runtime == RuntimeLayout(cgraph_n_nodes=8, cplan_n_threads=24,
-                                         batch_ext_tokens=0, batch_ext_token_size=0)
+                                         batch_ext_tokens=72, batch_ext_token_size=40)
     assert info.ops == ("NONE", "DUP", "ADD", "MUL", "UNARY", "GLU")
     assert info.unary_ops == ("ABS", "SGN", "NEG") and info.glu_ops == ("REGLU", "GEGLU")
     assert info.types == ("f32", "f16", "q4_0")
