@@ -88,10 +88,10 @@ def facts(objects: list[Path]) -> list[str]:
 
 
 def run(target: Path | None = None, pid: int | None = None) -> int:
-    if target is not None or pid is not None:
-        objects = objects_of_file(target) if target is not None else objects_of_process(
-            pid or 0, [])
-        print("\n".join(facts(objects)))
+    if target is not None:
+        print("\n".join(facts(objects_of_file(target))))
+    elif pid is not None:
+        print("\n".join(facts(objects_of_process(pid, []))))
     results = checks()
     for c in results:
         mark = "ok" if c.ok else ("MISSING" if c.required else "absent")
