@@ -13,7 +13,8 @@
 // of their numpy dtypes.
 //
 // Defined by profinfer_perfetto/capture/program.py before this text:
-//   T_TYPE T_NE T_OP T_FLAGS T_SRC T_VIEW_SRC T_DATA T_NAME T_SIZE  offsets in ggml_tensor
+//   T_TYPE T_NE T_OP T_OP_PARAMS T_FLAGS T_SRC T_VIEW_SRC T_DATA T_NAME T_SIZE
+//                    offsets in ggml_tensor (derived from the build: capture/ggml.py)
 //   T_N_SRC          sources a ggml_tensor has (GGML_MAX_SRC)
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
@@ -309,7 +310,7 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     __builtin_memcpy(&n->type, t->b + T_TYPE, 4);
     __builtin_memcpy(n->ne, t->b + T_NE, 32);
     __builtin_memcpy(&n->op, t->b + T_OP, 4);
-    __builtin_memcpy(&n->op_param0, t->b + T_OP + 4, 4);
+    __builtin_memcpy(&n->op_param0, t->b + T_OP_PARAMS, 4);
     __builtin_memcpy(&n->flags, t->b + T_FLAGS, 4);
     __builtin_memcpy(&n->view_src, t->b + T_VIEW_SRC, 8);
     __builtin_memcpy(n->name, t->b + T_NAME, 64);

@@ -175,9 +175,19 @@ def _engine(name: str) -> None:
 
 
 @app.command("doctor")
-def doctor_command() -> None:
-    """Report what this machine offers (root, BPF, BCC, headers, counters) and how to fix gaps."""
-    raise typer.Exit(doctor.run())
+def doctor_command(
+    target: Annotated[
+        Path | None, typer.Argument(help="Also read the ggml facts of this binary or library.")
+    ] = None,
+    pid: Annotated[
+        int | None, typer.Option(help="Also read the ggml facts of this process.")
+    ] = None,
+) -> None:
+    """Report what this machine offers (root, BPF, BCC, headers, counters) and how to fix gaps;
+    with a binary or --pid, the ggml facts read from its files and how each was found."""
+    if target is not None and pid is not None:
+        raise ProfinferError("give either a binary or --pid, not both")
+    raise typer.Exit(doctor.run(target, pid))
 
 
 @app.command("open")

@@ -19,8 +19,10 @@ OPS = ("NONE", "DUP", "ADD", "MUL", "RMS_NORM", "MUL_MAT", "UNARY")
 GGML = GgmlInfo(
     version="0.25.3",
     commit="synthetic",
-    layout=TensorLayout(),
-    runtime=RuntimeLayout(),
+    layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152, n_src=10,
+                        view_src=232, data=248, name=256, name_len=64, size=336),
+    runtime=RuntimeLayout(cgraph_n_nodes=4, cplan_n_threads=16, batch_ext_tokens=64,
+                          batch_ext_token_size=96),
     ops=OPS,
     unary_ops=("ABS", "SGN", "NEG"),
     glu_ops=("REGLU",),

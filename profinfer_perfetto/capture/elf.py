@@ -24,7 +24,9 @@ _PT_LOAD = 1
 _PT_INTERP = 3
 _SHT_SYMTAB = 2
 _SHT_RELA = 4
+_SHT_NOTE = 7
 _SHT_DYNSYM = 11
+_NT_GNU_BUILD_ID = 3
 _R_X86_64_RELATIVE = 8
 _R_AARCH64_RELATIVE = 1027
 _SHN_UNDEF = 0
@@ -59,8 +61,14 @@ class ElfFile:
             self._data = path.read_bytes()
         except OSError as exc:
             raise ProfinferError(f"cannot read {path}: {exc.strerror}") from exc
-        if self._data[:4] != _ELF_MAGIC or self._data[4] != 2 or self._data[5] != 1:
-            raise ProfinferError(f"{path} is not a 64-bit little-endian ELF file")
+        if len(self._data) < 64 or self._data[:4] != _ELF_MAGIC:
+            raise ProfinferError(f"{path} is not an ELF file")
+        if self._data[4] != 2:
+            raise ProfinferError(f"{path} is a 32-bit ELF file: only 64-bit targets are supported")
+        if self._data[5] != 1:
+            raise ProfinferError(
+                f"{path} is a big-endian ELF file: only little-endian targets are supported"
+            )
         (self.e_type, self.machine) = struct.unpack_from("<HH", self._data, 16)
         (phoff, shoff) = struct.unpack_from("<QQ", self._data, 32)
         (phentsize, phnum, shentsize, shnum) = struct.unpack_from("<HHHH", self._data, 54)
@@ -117,6 +125,34 @@ class ElfFile:
             out[name] = Symbol(name, st_value, st_size)
         return out
 
+    @cached_property
+    def _by_address(self) -> dict[int, Symbol]:
+        return {s.vaddr: s for s in self.symbols.values() if s.size}
+
+    def symbol_at(self, vaddr: int) -> Symbol | None:
+        """The sized symbol that starts at `vaddr` (a `.symtab` one in an unstripped file)."""
+        return self._by_address.get(vaddr)
+
+    def code(self, symbol: str, limit: int = 512) -> bytes:
+        """The first bytes of a function, up to its size (from its symbol) or `limit`."""
+        sym = self.symbols[symbol]
+        return self.read(sym.vaddr, min(sym.size or limit, limit))
+
+    @cached_property
+    def build_id(self) -> str:
+        """The GNU build-id note in hex, or "" if the file has none."""
+        for sec in self._sections:
+            if sec[1] != _SHT_NOTE:
+                continue
+            pos, end = sec[4], sec[4] + sec[5]
+            while pos + 12 <= end:
+                namesz, descsz, kind = struct.unpack_from("<III", self._data, pos)
+                desc = pos + 12 + (namesz + 3) // 4 * 4
+                if kind == _NT_GNU_BUILD_ID and self._data[pos + 12 : pos + 15] == b"GNU":
+                    return self._data[desc : desc + descsz].hex()
+                pos = desc + (descsz + 3) // 4 * 4
+        return ""
+
     def file_offset(self, vaddr: int) -> int:
         """The file offset at which the byte of virtual address `vaddr` lies."""
         for seg in self.segments:
@@ -143,10 +179,23 @@ class ElfFile:
                     out[r_offset] = r_addend
         return out
 
+    def relocated_pointer(self, vaddr: int) -> int | None:
+        """Where the pointer at `vaddr` points once loaded, if the loader relocates it there."""
+        return self._relative_relocations.get(vaddr)
+
     def pointer_at(self, vaddr: int) -> int:
         """The pointer stored at `vaddr` once loaded, relative to the load base."""
         reloc = self._relative_relocations.get(vaddr)
         return reloc if reloc is not None else int.from_bytes(self.read(vaddr, 8), "little")
+
+    def c_string(self, vaddr: int, limit: int = 256) -> bytes | None:
+        """The NUL-terminated bytes at `vaddr`, None if that is outside the file or too long."""
+        for seg in self.segments:
+            if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+                start = vaddr - seg.vaddr + seg.offset
+                end = self._data.find(b"\0", start, start + limit)
+                return self._data[start:end] if end >= 0 else None
+        return None
 
     def string_at(self, vaddr: int) -> str:
         offset = self.file_offset(vaddr)

@@ -1,72 +1,80 @@
-"""What a ggml build is: its version, `struct ggml_tensor` layout and the names of ops and types.
+"""What a ggml build is: its `struct ggml_tensor` layout, graph offsets and op and type names.
 
-The names come from the library itself (`ggml_op_name` and friends), never from a table of
-ours, so a trace names ops exactly as that build does. The tensor layout cannot be read from a
-release build; it is known per ggml version, and an unknown version is refused.
+Every fact is read from the build's own files, statically: the machine code of small exported
+accessors gives the field offsets (`ggml_get_name` returns `tensor + name`), and the tables that
+`ggml_op_name` and friends index into give the names, through the ELF's relocations. Exported
+functions stay in `.dynsym` when a library is stripped, so this works on stripped wheels too. No
+code of the target is loaded or run. A fact that cannot be found is refused in one sentence.
 """
 
 from __future__ import annotations
 
-import ctypes
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 
-from profinfer_perfetto.capture.elf import ElfFile, objdump
+from capstone import x86 as cx
+
+from profinfer_perfetto.capture import x86
+from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.errors import ProfinferError
+
+EM_X86_64 = 62
+
+_OBJECT_SIZE = 32
+"""sizeof(struct ggml_object), which ggml_tensor_overhead() adds to the tensor: three size_t
+and an enum padded to 8, unchanged in every ggml since the object header got its type (2023)."""
+
+_OP_NAME = re.compile(rb"[A-Z][A-Z0-9_]*")
+_TYPE_NAME = re.compile(rb"[\x20-\x7e]+")
+_MAX_TABLE = 4096
+_MAX_BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
 class TensorLayout:
     """Byte offsets inside `struct ggml_tensor`."""
 
-    type: int = 0
-    ne: int = 16
-    nb: int = 48
-    op: int = 80
-    op_params: int = 84
-    flags: int = 148
-    src: int = 152
-    n_src: int = 10
-    view_src: int = 232
-    data: int = 248
-    name: int = 256
-    name_len: int = 64
-    size: int = 336
+    type: int
+    ne: int
+    nb: int
+    op: int
+    op_params: int
+    flags: int
+    src: int
+    n_src: int
+    view_src: int
+    data: int
+    name: int
+    name_len: int
+    size: int
 
 
 @dataclass(frozen=True)
 class RuntimeLayout:
     """Byte offsets in the graph and batch structs the graph and token probes read."""
 
-    cgraph_n_nodes: int = 4
-    cplan_n_threads: int = 16
-    batch_ext_tokens: int = 64
-    """llama_batch_ext: its std::vector of tokens (begin, end pointers)."""
-    batch_ext_token_size: int = 96
+    cgraph_n_nodes: int
+    cplan_n_threads: int
+    batch_ext_tokens: int
+    """llama_batch_ext: its std::vector of tokens (begin, end pointers); 0 without one."""
+    batch_ext_token_size: int
 
 
 @dataclass(frozen=True)
-class GgmlVersion:
-    layout: TensorLayout
-    runtime: RuntimeLayout
-    op_count: int
-    unary_op_count: int
-    glu_op_count: int
-    type_count: int
+class Source:
+    """How one fact was found: which function and instruction, or which table."""
 
-
-# ggml_object header that ggml_tensor_overhead() adds to sizeof(struct ggml_tensor).
-_OBJECT_SIZE = 32
-
-KNOWN_VERSIONS: dict[str, GgmlVersion] = {
-    "0.25.3": GgmlVersion(TensorLayout(), RuntimeLayout(), 101, 22, 7, 43),
-}
+    fact: str
+    value: str
+    how: str
 
 
 @dataclass(frozen=True)
 class GgmlInfo:
     version: str
+    """ggml_version()'s string, or "unknown" in a build without it (see build_id)."""
     commit: str
     layout: TensorLayout
     runtime: RuntimeLayout
@@ -76,6 +84,9 @@ class GgmlInfo:
     types: tuple[str, ...]
     type_sizes: tuple[tuple[int, int], ...]
     """(elements per block, bytes per block) of each type."""
+    build_id: str = ""
+    """The GNU build-id of the file with the op names: names the build when version does not."""
+    sources: tuple[Source, ...] = field(default=(), compare=False)
 
     def op_name(self, op: int) -> str:
         return self.ops[op] if 0 <= op < len(self.ops) else f"OP_{op}"
@@ -98,111 +109,353 @@ class GgmlInfo:
         return elements // block * size if block else 0
 
 
-def _known(version: str, where: str) -> GgmlVersion:
-    known = KNOWN_VERSIONS.get(version)
-    if known is None:
-        raise ProfinferError(
-            f"{where} is ggml {version}, which this profiler does not know "
-            f"(known: {', '.join(sorted(KNOWN_VERSIONS))})"
-        )
-    return known
+@dataclass(frozen=True)
+class _Function:
+    name: str
+    elf: ElfFile
+    insns: list[x86.Insn]
+
+    def where(self, insn: x86.Insn) -> str:
+        return f"{self.name} in {self.elf.path.name}: {insn}"
 
 
-def read_ggml_info(elf: ElfFile) -> GgmlInfo:
-    """Read the build facts from the file that defines `ggml_op_name`."""
-    if elf.is_shared_library:
-        return _from_shared_library(elf)
-    return _from_executable(elf)
+class _Reader:
+    """The target's files, the code of the functions they define, and what was found how."""
+
+    def __init__(self, files: list[ElfFile]) -> None:
+        self.files = files
+        self.sources: list[Source] = []
+
+    def defines(self, symbol: str) -> ElfFile | None:
+        return next((f for f in self.files if symbol in f.symbols), None)
+
+    def function(self, symbol: str, fact: str) -> _Function:
+        elf = self.defines(symbol)
+        if elf is None:
+            names = ", ".join(f.path.name for f in self.files) or "no file"
+            raise ProfinferError(
+                f"cannot derive {fact}: {symbol} is not defined in {names} "
+                "(not a ggml build, or stripped of its exported symbols)"
+            )
+        if elf.machine != EM_X86_64:
+            raise ProfinferError(
+                f"cannot derive {fact}: {elf.path.name} is not x86-64 code "
+                f"(ELF machine {elf.machine}), the only code whose ggml facts can be read"
+            )
+        return _Function(symbol, elf, x86.decode(elf.code(symbol), elf.symbols[symbol].vaddr))
+
+    def fact(self, fact: str, value: int | str, how: str) -> None:
+        shown = f"{value:#x} ({value})" if isinstance(value, int) else value
+        self.sources.append(Source(fact, shown, how))
 
 
-def _from_shared_library(elf: ElfFile) -> GgmlInfo:
-    try:
-        lib = ctypes.CDLL(str(elf.path), mode=ctypes.RTLD_LOCAL)
-    except OSError as exc:
-        raise ProfinferError(f"cannot load {elf.path} to read its op names: {exc}") from exc
-
-    def text(fn: str) -> Callable[[int], str]:
-        func = getattr(lib, fn)
-        func.restype = ctypes.c_char_p
-        func.argtypes = [ctypes.c_int]
-        return lambda i: bytes(func(i)).decode()
-
-    def number(fn: str) -> Callable[[int], int]:
-        func = getattr(lib, fn)
-        func.restype = ctypes.c_int64
-        func.argtypes = [ctypes.c_int]
-        return lambda i: int(func(i))
-
-    version_fn = lib.ggml_version
-    version_fn.restype = ctypes.c_char_p
-    commit_fn = lib.ggml_commit
-    commit_fn.restype = ctypes.c_char_p
-    version = bytes(version_fn()).decode()
-    known = _known(version, str(elf.path))
-    overhead = lib.ggml_tensor_overhead
-    overhead.restype = ctypes.c_size_t
-    if overhead() - _OBJECT_SIZE != known.layout.size:
-        raise ProfinferError(
-            f"{elf.path} says ggml {version} but its tensors are "
-            f"{overhead() - _OBJECT_SIZE} bytes, not {known.layout.size}"
-        )
-    return GgmlInfo(
-        version=version,
-        commit=bytes(commit_fn()).decode(),
-        layout=known.layout,
-        runtime=known.runtime,
-        ops=tuple(map(text("ggml_op_name"), range(known.op_count))),
-        unary_ops=tuple(map(text("ggml_unary_op_name"), range(known.unary_op_count))),
-        glu_ops=tuple(map(text("ggml_glu_op_name"), range(known.glu_op_count))),
-        types=tuple(map(text("ggml_type_name"), range(known.type_count))),
-        type_sizes=tuple(
-            (number("ggml_blck_size")(t), number("ggml_type_size")(t))
-            for t in range(known.type_count)
-        ),
+def _unmatched(fact: str, fn: _Function, expected: str) -> ProfinferError:
+    return ProfinferError(
+        f"cannot derive {fact}: {fn.name} in {fn.elf.path.name} does not {expected}"
     )
 
 
-_RIP_TARGET = re.compile(r"#\s+([0-9a-f]+)")
+def _access(r: _Reader, fact: str, symbol: str, reg: str, expected: str,
+            want: Callable[[x86.Access], bool] = lambda a: True) -> tuple[x86.Access, _Function]:
+    """The first memory access through the pointer argument in `reg` that `want`s."""
+    fn = r.function(symbol, fact)
+    found = next((a for a in x86.accesses(fn.insns, reg) if want(a)), None)
+    if found is None:
+        raise _unmatched(fact, fn, expected)
+    return found, fn
 
 
-def _from_executable(elf: ElfFile) -> GgmlInfo:
-    """A static build: read the name tables the library functions index into."""
-    if not elf.has_symtab:
+def _offset(r: _Reader, fact: str, symbol: str, expected: str, reg: str = "rdi",
+            want: Callable[[x86.Access], bool] = lambda a: True) -> int:
+    found, fn = _access(r, fact, symbol, reg, expected, want)
+    r.fact(fact, found.offset, fn.where(found.insn))
+    return found.offset
+
+
+def _tensor_layout(r: _Reader) -> tuple[TensorLayout, dict[str, int]]:
+    """The tensor's field offsets, and the op enum values the accessors compare with."""
+    name, name_len = _name(r)
+    op, op_params, enums = _op(r)
+    src, enums["ADD"] = _src(r, op)
+    view_src = _view_src(r)
+    layout = TensorLayout(
+        type=_offset(r, "tensor.type", "ggml_element_size", "read the tensor's type",
+                     want=lambda a: a.insn.size == 4),
+        ne=_offset(r, "tensor.ne", "ggml_nelements", "read ne[0]"),
+        nb=_offset(r, "tensor.nb", "ggml_is_transposed", "read nb[0]"),
+        op=op,
+        op_params=op_params,
+        flags=_offset(r, "tensor.flags", "ggml_set_input", "set GGML_TENSOR_FLAG_INPUT",
+                      want=lambda a: a.insn.kind == cx.X86_INS_OR and a.imm == 1),
+        src=src,
+        # ggml.h declares `src[GGML_MAX_SRC]` right before `view_src`
+        n_src=(view_src - src) // 8,
+        view_src=view_src,
+        data=_offset(r, "tensor.data", "ggml_get_data", "read the data pointer"),
+        name=name,
+        name_len=name_len,
+        size=_size(r),
+    )
+    r.fact("GGML_MAX_SRC", layout.n_src, "(view_src - src) / 8: src[] is right before view_src")
+    _check_layout(layout)
+    return layout, enums
+
+
+def _name(r: _Reader) -> tuple[int, int]:
+    """The name's offset (`ggml_get_name` returns its address) and length (`ggml_set_name`
+    copies at most GGML_MAX_NAME - 1 bytes)."""
+    fn = r.function("ggml_get_name", "the tensor's name offset")
+    lea = x86.field_address(fn.insns, "rdi")
+    if lea is None:
+        raise _unmatched("the tensor's name offset", fn, "return the address of a field")
+    r.fact("tensor.name", lea[1], fn.where(lea[0]))
+    fn = r.function("ggml_set_name", "GGML_MAX_NAME")
+    bound = x86.immediate_to(fn.insns, cx.X86_INS_CMP)
+    if bound is None:
+        raise _unmatched("GGML_MAX_NAME", fn, "copy a bounded name (cmp $GGML_MAX_NAME-1)")
+    r.fact("tensor.name length", bound[1] + 1, fn.where(bound[0]) + " (+1: the NUL)")
+    return lea[1], bound[1] + 1
+
+
+def _compared(r: _Reader, fact: str, symbol: str, op: int | None = None) -> tuple[int, int]:
+    """(offset, value) of the first `cmp $value, offset(tensor)` (at offset `op` if given)."""
+    found, fn = _access(r, fact, symbol, "rdi", "compare a field of the tensor with a constant",
+                        lambda a: a.insn.kind == cx.X86_INS_CMP and a.imm is not None
+                        and (op is None or a.offset == op))
+    r.fact(fact, found.imm or 0, fn.where(found.insn))
+    return found.offset, found.imm or 0
+
+
+def _op(r: _Reader) -> tuple[int, int, dict[str, int]]:
+    """op and op_params: `ggml_get_unary_op` asserts `op == GGML_OP_UNARY` and returns
+    op_params[0]; `ggml_get_glu_op` (absent before 2025) the same with GGML_OP_GLU."""
+    op, unary = _compared(r, "GGML_OP_UNARY", "ggml_get_unary_op")
+    r.fact("tensor.op", op, "the field GGML_OP_UNARY is compared with")
+    op_params = _offset(r, "tensor.op_params", "ggml_get_unary_op", "read op_params[0]",
+                        want=lambda a: a.insn.kind == cx.X86_INS_MOV and a.offset != op)
+    enums = {"UNARY": unary}
+    if r.defines("ggml_get_glu_op") is not None:
+        enums["GLU"] = _compared(r, "GGML_OP_GLU", "ggml_get_glu_op", op)[1]
+    return op, op_params, enums
+
+
+def _src(r: _Reader, op: int) -> tuple[int, int]:
+    """src and GGML_OP_ADD: `ggml_add` stores ADD in the op of the tensor it makes, then its
+    operands in src[0] and src[1]."""
+    add, fn = _access(r, "GGML_OP_ADD", "ggml_add", x86.RETURNED,
+                      "store GGML_OP_ADD in the tensor it makes",
+                      lambda a: a.stores and a.imm is not None and a.offset == op)
+    r.fact("GGML_OP_ADD", add.imm or 0, fn.where(add.insn))
+    src = _offset(r, "tensor.src", "ggml_add", "store its operands in the new tensor's src",
+                  x86.RETURNED, lambda a: a.stores and a.imm is None and a.insn.size == 8)
+    return src, add.imm or 0
+
+
+def _size(r: _Reader) -> int:
+    fn = r.function("ggml_tensor_overhead", "sizeof(struct ggml_tensor)")
+    overhead = x86.immediate_to(fn.insns, cx.X86_INS_MOV, "rax")
+    if overhead is None:
+        raise _unmatched("sizeof(struct ggml_tensor)", fn, "return a constant")
+    size = overhead[1] - _OBJECT_SIZE
+    r.fact("tensor size", size,
+           fn.where(overhead[0]) + f" minus the {_OBJECT_SIZE}-byte ggml_object header")
+    return size
+
+
+def _view_src(r: _Reader) -> int:
+    """`ggml_is_view` (exported since 2025) compares view_src with NULL; before, the first thing
+    `ggml_backend_tensor_set` reads of its tensor is its view_src (to find the buffer)."""
+    if r.defines("ggml_is_view") is not None:
+        return _offset(r, "tensor.view_src", "ggml_is_view", "compare view_src with NULL",
+                       want=lambda a: a.insn.kind == cx.X86_INS_CMP and a.imm == 0)
+    return _offset(r, "tensor.view_src", "ggml_backend_tensor_set", "read view_src",
+                   want=lambda a: a.insn.size == 8)
+
+
+def _check_layout(t: TensorLayout) -> None:
+    """What every ggml_tensor since 2023 keeps: 4 dims, fields in this order, inside the size."""
+    order = [t.type, t.ne, t.nb, t.op, t.op_params, t.flags, t.src, t.view_src, t.data, t.name]
+    if (t.nb - t.ne != 32 or order != sorted(order) or t.n_src < 1
+            or t.name + t.name_len > t.size):
         raise ProfinferError(
-            f"{elf.path} links ggml statically and is stripped: its op names cannot be read"
+            f"the ggml_tensor layout derived from the code is not a ggml tensor's ({t}): "
+            "this build's accessors do not look like ggml's"
         )
 
-    def returned_string(fn: str) -> str:
-        sym = elf.symbols[fn]
-        start, stop = f"--start-address={sym.vaddr:#x}", f"--stop-address={sym.vaddr + 16:#x}"
-        m = _RIP_TARGET.search(objdump(elf.path, "-d", start, stop))
-        if m is None:
-            raise ProfinferError(f"cannot read what {fn} returns in {elf.path}")
-        return elf.string_at(int(m.group(1), 16))
 
-    def table(symbol: str, stride: int = 8) -> tuple[str, ...]:
-        sym = elf.symbols[symbol]
-        slots = range(sym.vaddr, sym.vaddr + sym.size, stride)
-        return tuple(elf.string_at(elf.pointer_at(slot)) for slot in slots)
-
-    version = returned_string("ggml_version")
-    known = _known(version, str(elf.path))
-    types = elf.symbols["type_traits"]
-    stride = types.size // known.type_count
-    # struct ggml_type_traits: type_name, int64 blck_size, int64 blck_size_interleave, size_t
-    # type_size, ...
-    traits = [elf.read(types.vaddr + t * stride, 32) for t in range(known.type_count)]
-    return GgmlInfo(
-        version=version,
-        commit=returned_string("ggml_commit"),
-        layout=known.layout,
-        runtime=known.runtime,
-        ops=table("GGML_OP_NAME"),
-        unary_ops=table("GGML_UNARY_OP_NAME"),
-        glu_ops=table("GGML_GLU_OP_NAME"),
-        types=table("type_traits", stride),
-        type_sizes=tuple(
-            (int.from_bytes(b[8:16], "little"), int.from_bytes(b[24:32], "little"))
-            for b in traits
-        ),
+def _runtime_layout(r: _Reader) -> RuntimeLayout:
+    n_threads = _offset(r, "cplan.n_threads", "ggml_graph_compute", "check cplan->n_threads",
+                        reg="rsi", want=lambda a: a.insn.size == 4)
+    tokens, token_size = 0, 0
+    batch = "_ZN15llama_batch_ext12set_token_idEii"
+    if r.defines(batch) is not None:
+        tokens = _offset(r, "llama_batch_ext.tokens", batch, "read the token vector",
+                         want=lambda a: a.insn.size == 8)
+        fn = r.function(batch, "llama_batch_ext's token size")
+        store = x86.indexed_access(fn.insns, "rsi")
+        if store is None:
+            raise _unmatched("llama_batch_ext's token size", fn, "index the token vector")
+        token_size = store.stride
+        r.fact("llama_batch_ext token size", token_size, fn.where(store.insn))
+    return RuntimeLayout(
+        cgraph_n_nodes=_offset(r, "cgraph.n_nodes", "ggml_graph_n_nodes", "read n_nodes"),
+        cplan_n_threads=n_threads,
+        batch_ext_tokens=tokens,
+        batch_ext_token_size=token_size,
     )
+
+
+def _table(r: _Reader, symbol: str, fact: str) -> tuple[_Function, x86.Indexed]:
+    """The table a name function indexes with its argument (`table[i]` or `table[i].field`)."""
+    fn = r.function(symbol, fact)
+    found = x86.indexed_access(fn.insns, "rdi")
+    if found is None or found.table is None:
+        raise _unmatched(fact, fn, "index a table with its argument")
+    return fn, found
+
+
+def _walk(start: int, stride: int, stops: set[int], entry: Callable[[int], bool]) -> int:
+    """Entries of a table without a sized symbol: up to the first that is not one, or the start
+    of another known table (ggml's name tables are neighbours in .data.rel.ro)."""
+    n = 0
+    while n < _MAX_TABLE and (n == 0 or start + n * stride not in stops) \
+            and entry(start + n * stride):
+        n += 1
+    return n
+
+
+def _named(elf: ElfFile, slot: int, pattern: re.Pattern[bytes]) -> bool:
+    """Whether `slot` holds a pointer the loader relocates to a NUL-terminated name."""
+    target = elf.relocated_pointer(slot)
+    text = elf.c_string(target) if target is not None else None
+    return text is not None and pattern.fullmatch(text) is not None
+
+
+def _count(r: _Reader, fn: _Function, table: x86.Indexed, stops: set[int],
+           entry: Callable[[int], bool], fact: str) -> int:
+    assert table.table is not None
+    sym = fn.elf.symbol_at(table.table)
+    if sym is not None and sym.size % table.stride == 0:
+        r.fact(fact, sym.size // table.stride,
+               f".symtab: {sym.name} is {sym.size} bytes of {table.stride}-byte entries")
+        return sym.size // table.stride
+    n = _walk(table.table, table.stride, stops, entry)
+    r.fact(fact, n, f"no sized symbol at {table.table:#x} (stripped): the entries up to the "
+           "first that is not a relocated pointer to a name")
+    return n
+
+
+def _names(elf: ElfFile, table: x86.Indexed, count: int) -> tuple[str, ...]:
+    assert table.table is not None
+    slots = (table.table + i * table.stride + table.field for i in range(count))
+    return tuple(elf.string_at(elf.pointer_at(s)) for s in slots)
+
+
+def _op_tables(r: _Reader, enums: dict[str, int]) -> dict[str, tuple[str, ...]]:
+    """The op, unary-op and (optional) GLU-op names, each checked against the enum values the
+    accessors compare with."""
+    symbols = {"ops": "ggml_op_name", "unary_ops": "ggml_unary_op_name",
+               "glu_ops": "ggml_glu_op_name"}
+    tables = {k: _table(r, s, f"the {k.replace('_', ' ')} names") for k, s in symbols.items()
+              if k != "glu_ops" or r.defines(s) is not None}
+    starts = {t.table for _, t in tables.values() if t.table is not None}
+    out: dict[str, tuple[str, ...]] = {"glu_ops": ()}
+    for kind, (fn, table) in tables.items():
+        if table.stride != 8 or table.field != 0:
+            raise _unmatched(f"the {kind} names", fn, "index an array of string pointers")
+        count = _count(r, fn, table, starts, partial(_named, fn.elf, pattern=_OP_NAME),
+                       f"{kind} count")
+        out[kind] = _names(fn.elf, table, count)
+        r.fact(f"{kind} names", f"{count} names", fn.where(table.insn))
+    for name, value in enums.items():
+        if not 0 <= value < len(out["ops"]) or out["ops"][value] != name:
+            raise ProfinferError(
+                f"cannot derive the op names: the code compares with GGML_OP_{name} = {value}, "
+                f"but the op table read has {len(out['ops'])} names without {name} there"
+            )
+    if "GLU" in enums and not out["glu_ops"]:
+        raise ProfinferError("cannot derive the GLU op names: ggml_glu_op_name is missing")
+    return out
+
+
+def _types(r: _Reader) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """Names, block sizes and type sizes from type_traits[], which ggml_type_name, ggml_blck_size
+    and ggml_type_size index (the same table and stride, a different field each)."""
+    name_fn, names = _table(r, "ggml_type_name", "the type names")
+    block_fn, block = _table(r, "ggml_blck_size", "the block sizes")
+    size_fn, size = _table(r, "ggml_type_size", "the type sizes")
+    if not names.table == block.table == size.table or not names.stride == block.stride == \
+            size.stride or name_fn.elf is not block_fn.elf or block_fn.elf is not size_fn.elf:
+        raise _unmatched("the type traits", size_fn, "index the table ggml_type_name indexes")
+    elf = name_fn.elf
+    for what, fn, t in (("type names", name_fn, names), ("block sizes", block_fn, block),
+                        ("type sizes", size_fn, size)):
+        r.fact(f"type_traits {what}", f"field +{t.field}, stride {t.stride}", fn.where(t.insn))
+
+    def entry(slot: int) -> bool:
+        numbers = [slot + f for f in (block.field, size.field)]
+        return _named(elf, slot + names.field, _TYPE_NAME) and all(
+            elf.relocated_pointer(n) is None
+            and 0 <= int.from_bytes(elf.read(n, 8), "little") <= _MAX_BLOCK for n in numbers)
+
+    assert names.table is not None
+    count = _count(r, name_fn, x86.Indexed(names.insn, names.table, names.stride, 0), set(),
+                   entry, "types count")
+    # 2024-2025 builds check the bound first (`cmp $GGML_TYPE_COUNT-1,%edi`): a cross-check
+    bound = x86.immediate_to(name_fn.insns, cx.X86_INS_CMP, "rdi")
+    if bound is not None and bound[1] + 1 != count:
+        raise ProfinferError(
+            f"cannot derive the type count: type_traits has {count} entries but "
+            f"ggml_type_name in {elf.path.name} checks for {bound[1] + 1}"
+        )
+
+    def number(t: x86.Indexed, i: int) -> int:
+        assert t.table is not None
+        return int.from_bytes(elf.read(t.table + i * t.stride + t.field, 8), "little")
+
+    return (_names(elf, names, count),
+            tuple((number(block, i), number(size, i)) for i in range(count)))
+
+
+def _returned_string(r: _Reader, symbol: str) -> str:
+    """What `const char * f(void)` returns (ggml_version, ggml_commit), or "unknown"."""
+    if r.defines(symbol) is None:
+        r.fact(symbol, "unknown", "not defined in this build")
+        return "unknown"
+    fn = r.function(symbol, symbol)
+    lea = x86.rip_address(fn.insns, "rax")
+    if lea is None:
+        raise _unmatched(symbol, fn, "return a constant string")
+    text = fn.elf.string_at(lea[1])
+    r.fact(symbol, text, fn.where(lea[0]))
+    return text
+
+
+def read_ggml_info(files: list[ElfFile]) -> GgmlInfo:
+    """Derive every fact from the target's files (the executable and its libraries)."""
+    r = _Reader(files)
+    layout, enums = _tensor_layout(r)
+    runtime = _runtime_layout(r)
+    tables = _op_tables(r, enums)
+    types, sizes = _types(r)
+    names_file = r.defines("ggml_op_name")
+    return GgmlInfo(
+        version=_returned_string(r, "ggml_version"),
+        commit=_returned_string(r, "ggml_commit"),
+        layout=layout,
+        runtime=runtime,
+        ops=tables["ops"],
+        unary_ops=tables["unary_ops"],
+        glu_ops=tables["glu_ops"],
+        types=types,
+        type_sizes=sizes,
+        build_id=names_file.build_id if names_file is not None else "",
+        sources=tuple(r.sources),
+    )
+
+
+def describe(info: GgmlInfo) -> Iterator[str]:
+    """One line per fact: its value and where it was read."""
+    width = max((len(s.fact) for s in info.sources), default=0)
+    for s in info.sources:
+        yield f"{s.fact:{width}}  {s.value:14}  {s.how}"

@@ -45,6 +45,7 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "T_TYPE": layout.type,
         "T_NE": layout.ne,
         "T_OP": layout.op,
+        "T_OP_PARAMS": layout.op_params,
         "T_FLAGS": layout.flags,
         "T_SRC": layout.src,
         "T_N_SRC": layout.n_src,

@@ -24,7 +24,6 @@ FUSED_SYMBOL = "ggml_compute_forward_rms_norm_mul_fused"
 GRAPH_SYMBOL = "ggml_graph_compute"
 ALLOC_SYMBOL = "ggml_gallocr_alloc_graph"
 """Allocates a graph that was (re)built; llama.cpp does not call it for a graph it reuses."""
-NAMES_SYMBOL = "ggml_op_name"
 BARRIER_SYMBOLS = ("ggml_barrier", "GOMP_barrier")
 TOKEN_SYMBOLS = {"llama_decode": "decode_begin", "llama_encode": "encode_begin",
                  "llama_process": "process_begin"}
@@ -62,12 +61,23 @@ def objects_of_command(command: list[str], extra: list[Path]) -> list[Path]:
     exe = shutil.which(command[0])
     if exe is None:
         raise ProfinferError(f"command not found: {command[0]}")
-    objects = [Path(exe).resolve()]
+    return objects_of_file(Path(exe)) + extra
+
+
+def objects_of_file(path: Path) -> list[Path]:
+    """An executable or library and the shared objects the loader would map for it.
+
+    `ldd` asks the system loader to list them (LD_TRACE_LOADED_OBJECTS): it maps them and exits
+    before running any initializer (a test checks that a library's constructor does not run)."""
+    if not path.is_file():
+        raise ProfinferError(f"no such file: {path}")
+    objects = [path.resolve()]
     ldd = shutil.which("ldd")
     if ldd is not None:
-        out = subprocess.run([ldd, exe], capture_output=True, text=True, check=False).stdout
+        out = subprocess.run([ldd, str(path)], capture_output=True, text=True,
+                             check=False).stdout
         objects += [Path(m) for m in re.findall(r"=>\s+(/\S+)\s+\(", out)]
-    return objects + extra
+    return objects
 
 
 def objects_of_process(pid: int, extra: list[Path]) -> list[Path]:
@@ -113,7 +123,7 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
 
     op_file = require(OP_SYMBOL)
     graph_file = require(GRAPH_SYMBOL)
-    ggml = read_ggml_info(require(NAMES_SYMBOL))
+    ggml = read_ggml_info(files)
     probes.append(entry(op_file, OP_SYMBOL, "op_begin"))
     probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
     probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
@@ -138,7 +148,10 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
 
     for symbol, fn in TOKEN_SYMBOLS.items():
         token_file = _defining(files, symbol)
-        if token_file is not None:
+        if token_file is not None and fn == "process_begin" and not ggml.runtime.batch_ext_tokens:
+            notes.append("llama_process is there but llama_batch_ext's layout could not be read "
+                         "(no llama_batch_ext::set_token_id): its token steps are not traced")
+        elif token_file is not None:
             probes.append(entry(token_file, symbol, fn))
             probes.append(entry(token_file, symbol, "token_end", ret=True))
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):

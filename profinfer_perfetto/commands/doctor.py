@@ -1,4 +1,5 @@
-"""`profinfer-perfetto doctor`: what this machine offers for recording and querying, with fixes."""
+"""`profinfer-perfetto doctor`: what this machine offers for recording and querying, with fixes;
+given a binary or a PID, also the ggml facts read from its files and where each was read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profinfer_perfetto.capture.counters import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_opens
+from profinfer_perfetto.capture.elf import ElfFile
+from profinfer_perfetto.capture.ggml import describe, read_ggml_info
+from profinfer_perfetto.capture.target import objects_of_file, objects_of_process
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import TP_BIN_ENV, find_trace_processor
 
@@ -78,7 +82,21 @@ def checks() -> list[Check]:
             in table]
 
 
-def run() -> int:
+def facts(objects: list[Path]) -> list[str]:
+    """The ggml facts of a target's files, each with the instruction or table it came from."""
+    files = [ElfFile(p) for p in dict.fromkeys(objects) if p.exists()]
+    info = read_ggml_info(files)
+    head = (f"ggml {info.version} (commit {info.commit}, build-id {info.build_id or 'none'}): "
+            f"{len(info.ops)} ops, {len(info.unary_ops)} unary ops, {len(info.glu_ops)} GLU ops, "
+            f"{len(info.types)} types")
+    return [head, *describe(info)]
+
+
+def run(target: Path | None = None, pid: int | None = None) -> int:
+    if target is not None:
+        print("\n".join(facts(objects_of_file(target))))
+    elif pid is not None:
+        print("\n".join(facts(objects_of_process(pid, []))))
     results = checks()
     for c in results:
         mark = "ok" if c.ok else ("MISSING" if c.required else "absent")

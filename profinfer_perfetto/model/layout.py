@@ -389,6 +389,7 @@ def _recording_args(model: TraceModel) -> Args:
         ("tool", f"profinfer-perfetto {__version__}"),
         ("ggml_version", model.run.ggml.version),
         ("ggml_commit", model.run.ggml.commit),
+        *([("ggml_build_id", model.run.ggml.build_id)] if model.run.ggml.build_id else []),
         ("counters", ",".join(model.run.counters)),
         ("command", " ".join(model.run.cmdline)),
     ]

@@ -112,6 +112,7 @@ def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
     assert rec.args["status"] == "complete" and rec.args["complete"] is True
     assert rec.args["events_lost"] == 0 and rec.args["nodes_lost"] == 0
     assert rec.args["ops_dropped"] == 0
+    assert rec.args["ggml_version"] == "0.25.3" and len(rec.args["ggml_build_id"]) == 40
 
     # Every op event the probes saw, and no other: the same count as bpftrace's, fused included.
     ops = op_slices(trace)
