@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -66,12 +67,13 @@ def start_recorder(out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
 
 
 class BpftraceCount:
-    """bpftrace counting hits of the probed functions, attached beside our recording."""
+    """bpftrace counting hits of the probed functions per process, attached beside our
+    recording (other processes of the same library on the machine are counted apart)."""
 
-    def __init__(self, lib_dir: Path, comm: str) -> None:
+    def __init__(self, lib_dir: Path) -> None:
         cpu = lib_dir / "libggml-cpu.so.0"
         program = "".join(
-            f'uprobe:{cpu}:{fn} /comm == "{comm}"/ {{ @{name} = count(); }}\n'
+            f"uprobe:{cpu}:{fn} {{ @{name}[pid] = count(); }}\n"
             for name, fn in (("ops", "ggml_cpu_extra_compute_forward"),
                              ("fused", "ggml_compute_forward_rms_norm_mul_fused"))
         )
@@ -86,24 +88,31 @@ class BpftraceCount:
             said.append(self.proc.stdout.readline())
         assert said[-1], f"bpftrace did not attach: {''.join(said)}"
 
-    def stop(self) -> dict[str, int]:
+    def stop(self, pid: int) -> dict[str, int]:
+        """The counts of process `pid`."""
         self.proc.send_signal(signal.SIGINT)
         out, _ = self.proc.communicate(timeout=30)
         counts = {}
-        for line in out.splitlines():
-            if line.startswith("@") and ":" in line:
-                key, value = line.split(":")
-                counts[key.strip("@ ")] = int(value)
+        for m in re.finditer(r"^@(\w+)\[(\d+)\]: (\d+)$", out, re.MULTILINE):
+            if int(m.group(2)) == pid:
+                counts[m.group(1)] = int(m.group(3))
         return counts
+
+
+def recorded_pid(summary: str) -> int:
+    """The target's pid, from record's summary line `recorded NAME (pid N): ...`."""
+    found = re.search(r"^recorded .* \(pid (\d+)\)", summary, re.MULTILINE)
+    assert found, summary
+    return int(found.group(1))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
                              model: Callable[[str], Path], tmp_path: Path, threads: int) -> None:
     out = tmp_path / "run.pftrace"
-    bpftrace = BpftraceCount(llama("llama-completion").parent, "llama-completio")
+    bpftrace = BpftraceCount(llama("llama-completion").parent)
     result = cli("record", "-o", out, "--", *completion(llama, model("tiny-llama"), threads))
-    counts = bpftrace.stop()
+    counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
     assert "recorded llama-completion" in result.stdout and "ui.perfetto.dev" in result.stdout
 
@@ -192,10 +201,10 @@ def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
     try:
         _wait_for(f"http://127.0.0.1:{port}/health")
         recorder, _ = start_recorder(out, "--pid", str(server.pid))
-        bpftrace = BpftraceCount(llama("llama-server").parent, "llama-server")
+        bpftrace = BpftraceCount(llama("llama-server").parent)
         for _ in range(2):
             _post(f"http://127.0.0.1:{port}/completion", {"prompt": PROMPT, "n_predict": 8})
-        counts = bpftrace.stop()
+        counts = bpftrace.stop(server.pid)
         recorder.send_signal(signal.SIGINT)
         _, stderr = recorder.communicate(timeout=60)
         assert recorder.returncode == 0, stderr
