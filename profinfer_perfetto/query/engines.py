@@ -41,6 +41,12 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+def _tidy(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row as both engines give it: SQLite builds differ in whether ROUND of a tiny negative
+    number is -0.0 or 0.0 (trace_processor's gives -0.0), and a zero is written 0.0."""
+    return tuple(0.0 if isinstance(v, float) and v == 0.0 else v for v in row)
+
+
 def statements(sql: str) -> list[str]:
     """SQL split at the `;` ending each statement (our SQL has none inside strings)."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
@@ -59,7 +65,8 @@ class BuiltinEngine:
             for statement in statements(sql):
                 cursor = self._db.execute(statement)
                 if cursor.description is not None:
-                    result = Result([d[0] for d in cursor.description], cursor.fetchall())
+                    result = Result([d[0] for d in cursor.description],
+                                    [_tidy(row) for row in cursor.fetchall()])
         except sqlite3.Error as exc:
             raise ProfinferError(f"SQL error: {exc}") from None
         return result
@@ -96,7 +103,7 @@ class TraceProcessorEngine:
         try:
             for statement in statements(sql):
                 it = self._tp.query(statement)
-                rows = [tuple(getattr(r, c) for c in it.column_names) for r in it]
+                rows = [_tidy(tuple(getattr(r, c) for c in it.column_names)) for r in it]
                 result = Result(list(it.column_names), rows)
         except TraceProcessorException as exc:
             raise ProfinferError(f"SQL error: {str(exc).strip().splitlines()[-1]}") from None

@@ -52,4 +52,4 @@ SELECT g.op, g.role, g.dtype, g.count, ROUND(g.x, 3) AS mflop,
        END AS outlier,
        ROUND(f.r2, 4) AS r2
 FROM groups g JOIN fit f USING (op)
-ORDER BY g.op, g.x DESC, g.role, g.dtype;
+ORDER BY g.op, mflop DESC, g.role, g.dtype;
