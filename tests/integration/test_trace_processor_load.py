@@ -198,7 +198,11 @@ def _check_full(loaded: Loaded) -> None:
 def _check_gated(loaded: Loaded) -> None:
     """--tokens, --sample, --sample --detach: op slices in the chosen steps only."""
     assert loaded.kind.chosen is not None
-    assert loaded.count(loaded.op_slices()) > 0, "no op slices: no chosen step was traced"
+    if "--detach" not in loaded.kind.options:
+        assert loaded.count(loaded.op_slices()) > 0, "no op slices: no chosen step was traced"
+    # With --detach a chosen step is missed when the kernel takes longer to remove the probes
+    # than the steps in between last (README; seen on a loaded machine): what holds whatever the
+    # timing is that no op lies outside a chosen step, and that the trace loads clean.
     assert _ops_outside(loaded, loaded.kind.chosen) == 0
 
 
