@@ -29,6 +29,8 @@ pytestmark = pytest.mark.root
 PROMPT = "Paris is"
 TOKENS = 8
 TP_BIN = os.environ.get("PROFINFER_TP_BIN", "")
+EVERY_NODE = {"0.3.2", "0.3.14"}
+"""Versions whose node loop calls the op function for every node (views and reshapes too)."""
 
 
 class BpftracePerPid:
@@ -86,6 +88,15 @@ def test_record_a_llama_cpp_version(version: str, cli: Cli, tmp_path: Path) -> N
     print(f"llama-cpp-python {version}: {len(ops)} op events, bpftrace counted {counts}")
     per_thread = Counter(trace.tracks[s.track].thread.tid for s in ops)
     assert len(per_thread) == 2 and len(set(per_thread.values())) == 1
+    # What llama.cpp computes: each thread enters the op function once per node of a graph
+    # (n_nodes, read from the cgraph) up to 0.3.14; later loops skip empty nodes before the call.
+    graphs = {s.args["graph"]: s.args["n_nodes"] * s.args["n_threads"]
+              for s in trace.slices if s.name == "graph CPU"}
+    assert len(graphs) == TOKENS
+    if version in EVERY_NODE:
+        assert len(ops) == sum(graphs.values())
+    else:
+        assert len(ops) < sum(graphs.values())
     names = {s.args["op"] for s in ops}
     assert {"GET_ROWS", "MUL_MAT", "ROPE"} <= names and "NONE" not in names
 
