@@ -9,9 +9,6 @@ and trace_processor (where PROFINFER_TP_BIN names one) loads the trace with no e
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from profinfer_perfetto.capture.target import FUSED_SYMBOL, LOCAL_OP_SYMBOL, OP_
 from scripts.assets import OLD_VERSION, VERSIONS, model
 from tests import trace_reader
 from tests.conftest import Cli
+from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
 
 pytestmark = pytest.mark.root
 
@@ -31,27 +29,6 @@ TOKENS = 8
 TP_BIN = os.environ.get("PROFINFER_TP_BIN", "")
 EVERY_NODE = {"0.3.2", "0.3.14"}
 """Versions whose node loop calls the op function for every node (views and reshapes too)."""
-
-
-class BpftracePerPid:
-    """bpftrace counting entries of functions of one library, per process."""
-
-    def __init__(self, lib: Path, functions: dict[str, str]) -> None:
-        program = "".join(f"uprobe:{lib}:{fn} {{ @{name}[pid] = count(); }}\n"
-                          for name, fn in functions.items())
-        self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "__BPFTRACE_NOTIFY_PROBES_ATTACHED": "1"})
-        assert self.proc.stdout is not None
-        said = [self.proc.stdout.readline()]
-        while said[-1] and "__BPFTRACE_NOTIFY_PROBES_ATTACHED" not in said[-1]:
-            said.append(self.proc.stdout.readline())
-        assert said[-1], f"bpftrace did not attach: {''.join(said)}"
-
-    def stop(self, pid: int) -> dict[str, int]:
-        self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=30)
-        return {m[1]: int(m[2]) for m in re.finditer(rf"^@(\w+)\[{pid}\]: (\d+)$", out, re.M)}
 
 
 @pytest.mark.parametrize("version", [
@@ -69,13 +46,12 @@ def test_record_a_llama_cpp_version(version: str, cli: Cli, tmp_path: Path) -> N
     if FUSED_SYMBOL in cpu.symbols:
         functions["fused"] = FUSED_SYMBOL
     out = tmp_path / "run.pftrace"
-    bpftrace = BpftracePerPid(cpu.path, functions)
+    bpftrace = BpftraceCount(cpu.path, functions)
     result = cli("record", "-o", out, "--", v.tool_path(), "-m", model("tiny-llama"),
                  "-p", PROMPT, "-n", str(TOKENS), "-t", "2", *v.tool_flags, "--no-warmup",
                  "-s", "1")
-    found = re.search(r"recorded \S+ \(pid (\d+)\)", result.stdout)
-    counts = bpftrace.stop(int(found[1]) if found else -1)
-    assert result.returncode == 0 and found, result.stderr
+    counts = bpftrace.stop(recorded_pid(result.stdout))
+    assert result.returncode == 0, result.stderr
 
     trace = trace_reader.read(out)
     (rec,) = [s for s in trace.slices if s.name == "record"]

@@ -18,10 +18,13 @@ import pytest
 from profinfer_perfetto.model.names import WAIT_SLICE, probe_args
 from tests import trace_reader
 from tests.conftest import Cli
+from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
 
 pytestmark = pytest.mark.root
 
 PROMPT = "Paris is"
+COUNTED = {"ops": "ggml_cpu_extra_compute_forward",
+           "fused": "ggml_compute_forward_rms_norm_mul_fused"}
 
 
 def completion(llama: Callable[..., Path], model: Path, threads: int, n: int = 16,
@@ -65,45 +68,13 @@ def start_recorder(out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     return recorder, int(line.split("tracing pid ")[1].split(";")[0])
 
 
-class BpftraceCount:
-    """bpftrace counting hits of the probed functions, attached beside our recording."""
-
-    def __init__(self, lib_dir: Path, comm: str) -> None:
-        cpu = lib_dir / "libggml-cpu.so.0"
-        program = "".join(
-            f'uprobe:{cpu}:{fn} /comm == "{comm}"/ {{ @{name} = count(); }}\n'
-            for name, fn in (("ops", "ggml_cpu_extra_compute_forward"),
-                             ("fused", "ggml_compute_forward_rms_norm_mul_fused"))
-        )
-        # bpftrace prints "Attaching N probes..." before it attaches them; with this variable
-        # (what bpftrace's own runtime tests wait for) it says when they are all attached.
-        self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "__BPFTRACE_NOTIFY_PROBES_ATTACHED": "1"})
-        assert self.proc.stdout is not None
-        said = [self.proc.stdout.readline()]
-        while said[-1] and "__BPFTRACE_NOTIFY_PROBES_ATTACHED" not in said[-1]:
-            said.append(self.proc.stdout.readline())
-        assert said[-1], f"bpftrace did not attach: {''.join(said)}"
-
-    def stop(self) -> dict[str, int]:
-        self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=30)
-        counts = {}
-        for line in out.splitlines():
-            if line.startswith("@") and ":" in line:
-                key, value = line.split(":")
-                counts[key.strip("@ ")] = int(value)
-        return counts
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
                              model: Callable[[str], Path], tmp_path: Path, threads: int) -> None:
     out = tmp_path / "run.pftrace"
-    bpftrace = BpftraceCount(llama("llama-completion").parent, "llama-completio")
+    bpftrace = BpftraceCount(llama("llama-completion").parent / "libggml-cpu.so.0", COUNTED)
     result = cli("record", "-o", out, "--", *completion(llama, model("tiny-llama"), threads))
-    counts = bpftrace.stop()
+    counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
     assert "recorded llama-completion" in result.stdout and "ui.perfetto.dev" in result.stdout
 
@@ -192,10 +163,10 @@ def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
     try:
         _wait_for(f"http://127.0.0.1:{port}/health")
         recorder, _ = start_recorder(out, "--pid", str(server.pid))
-        bpftrace = BpftraceCount(llama("llama-server").parent, "llama-server")
+        bpftrace = BpftraceCount(llama("llama-server").parent / "libggml-cpu.so.0", COUNTED)
         for _ in range(2):
             _post(f"http://127.0.0.1:{port}/completion", {"prompt": PROMPT, "n_predict": 8})
-        counts = bpftrace.stop()
+        counts = bpftrace.stop(server.pid)
         recorder.send_signal(signal.SIGINT)
         _, stderr = recorder.communicate(timeout=60)
         assert recorder.returncode == 0, stderr
