@@ -32,6 +32,14 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def matrix(session: nox.Session) -> None:
+    """`record` on every llama.cpp version of scripts/assets.py that is built (as root; setup.sh
+    builds two of the four)."""
+    session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--matrix",
+                "tests/integration/test_matrix.py", *session.posargs)
+
+
+@nox.session
 def protos(session: nox.Session) -> None:
     """Regenerate the Python module of protos/profinfer_trace.proto."""
     session.run(sys.executable, "-m", "grpc_tools.protoc", "-Iprotos",

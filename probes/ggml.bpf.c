@@ -500,9 +500,9 @@ static __always_inline int token_begin(u32 entry, s64 n_tokens) {
 // field. The 56-byte struct is passed in memory: on the stack on x86-64, by reference on arm64.
 static __always_inline s64 batch_n_tokens(struct pt_regs *ctx) {
     int n_tokens = -1;
-#if defined(__TARGET_ARCH_x86)
+#if defined(__TARGET_ARCH_x86) || defined(__x86_64__)
     bpf_probe_read_user(&n_tokens, 4, (void *)(PT_REGS_SP(ctx) + 8));
-#elif defined(__TARGET_ARCH_arm64)
+#elif defined(__TARGET_ARCH_arm64) || defined(__aarch64__)
     bpf_probe_read_user(&n_tokens, 4, (void *)PT_REGS_PARM2(ctx));
 #endif
     return n_tokens;

@@ -1,7 +1,7 @@
 """Where setup puts the llama.cpp build and the models: the one place tests, benchmarks and
 scripts get their paths from.
 
-    python scripts/assets.py            # NAME=path lines, for a shell: eval "$(...)"
+    python scripts/assets.py            # NAME=value lines, for a shell: eval "$(...)"
     python scripts/assets.py MODEL_TINY_LLAMA
 
 Everything lives under $PROFINFER_CACHE (default /var/cache/profinfer-perfetto), outside the
@@ -11,13 +11,69 @@ clone, so a fresh clone reuses a finished build.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 CACHE = Path(os.environ.get("PROFINFER_CACHE", "/var/cache/profinfer-perfetto"))
-LLAMA_DIR = CACHE / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
 MODELS = CACHE / "models"
+
+
+@dataclass(frozen=True)
+class LlamaVersion:
+    """A llama.cpp, as vendored by one llama-cpp-python sdist, built in build-shared/."""
+
+    version: str
+    """llama-cpp-python's version: the llama.cpp commit it vendors has no tag of its own."""
+    tool: str
+    """The tool that completes a prompt (llama-cli until 2025, then llama-completion)."""
+    tool_flags: tuple[str, ...]
+    """What makes the tool complete the prompt and exit (no conversation mode)."""
+    cmake_flags: tuple[str, ...]
+    """The options of setup.sh's build that this version's CMakeLists knows."""
+    cpu_lib: str
+    """libggml-cpu, under build-shared/ (0.3.2 does not put its libraries in bin/)."""
+    in_tests: bool
+    """Recorded by `nox -s tests`; the others only by `nox -s matrix`."""
+
+    @property
+    def dir(self) -> Path:
+        return CACHE / f"llama.cpp-{self.version}"
+
+    def tool_path(self) -> Path:
+        return self.dir / "build-shared" / "bin" / self.tool
+
+    def cpu_lib_path(self) -> Path:
+        return self.dir / "build-shared" / self.cpu_lib
+
+    def is_built(self) -> bool:
+        return (self.dir / "build-shared" / ".complete").is_file() and self.tool_path().is_file()
+
+
+_COMMON = ("-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TESTS=OFF")
+VERSIONS = {v.version: v for v in (
+    # 2024-11: conversation mode is opt-in (no -no-cnv); LLAMA_CURL defaults to OFF.
+    LlamaVersion("0.3.2", "llama-cli", (), (*_COMMON, "-DLLAMA_CURL=OFF"),
+                 "ggml/src/ggml-cpu/libggml-cpu.so", in_tests=False),
+    # 2025-07: LLAMA_CURL defaults to ON (libcurl is not installed).
+    LlamaVersion("0.3.14", "llama-cli", ("-no-cnv",),
+                 ("-DLLAMA_BUILD_TOOLS=ON", *_COMMON, "-DLLAMA_CURL=OFF"),
+                 "bin/libggml-cpu.so", in_tests=True),
+    # 2026-03: llama-cli became a chat client of the server; llama-completion completes.
+    LlamaVersion("0.3.19", "llama-completion", ("-no-cnv",),
+                 ("-DLLAMA_BUILD_TOOLS=ON", *_COMMON, "-DLLAMA_OPENSSL=OFF"),
+                 "bin/libggml-cpu.so.0", in_tests=False),
+    LlamaVersion("0.3.36", "llama-completion", ("-no-cnv",),
+                 ("-DLLAMA_BUILD_TOOLS=ON", *_COMMON, "-DLLAMA_USE_PREBUILT_UI=OFF",
+                  "-DLLAVA_BUILD=OFF", "-DLLAMA_OPENSSL=OFF"),
+                 "bin/libggml-cpu.so.0", in_tests=True),
+)}
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+"""The build everything but the version matrix uses (shared and static)."""
+OLD_VERSION = "0.3.14"
+"""The older build setup.sh makes too (about 2.5 min on two CPUs)."""
+LLAMA_DIR = VERSIONS[LLAMA_CPP_PYTHON_VERSION].dir
 
 
 def bin_dir(build: str = "shared") -> Path:
@@ -42,6 +98,11 @@ def variables() -> dict[str, Path | str]:
         "PROFINFER_CACHE": CACHE,
         "LLAMA_DIR": LLAMA_DIR,
         "MODELS": MODELS,
+        "LLAMA_CMAKE_FLAGS": " ".join(VERSIONS[LLAMA_CPP_PYTHON_VERSION].cmake_flags),
+        "LLAMA_OLD_VERSION": OLD_VERSION,
+        "LLAMA_OLD_DIR": VERSIONS[OLD_VERSION].dir,
+        "LLAMA_OLD_TOOL": VERSIONS[OLD_VERSION].tool,
+        "LLAMA_OLD_CMAKE_FLAGS": " ".join(VERSIONS[OLD_VERSION].cmake_flags),
     }
     for build in ("shared", "static"):
         out[f"LLAMA_{build.upper()}_BIN"] = bin_dir(build)
@@ -56,4 +117,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 1:
         print(found[sys.argv[1]])
     else:
-        print("\n".join(f"{k}={v}" for k, v in found.items()))
+        print("\n".join(f"{k}={shlex.quote(str(v))}" for k, v in found.items()))

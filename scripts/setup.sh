@@ -3,7 +3,8 @@
 #   1. Debian packages: BCC, kernel headers, bpftrace, binutils, a C++ toolchain
 #   2. what BCC needs at run time: the headers link for the running kernel, tracefs
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
-#   4. llama.cpp tools from the llama-cpp-python sdist, shared and static builds (cached)
+#   4. llama.cpp tools from the llama-cpp-python sdist, shared and static builds, and an
+#      older version's shared build for the version matrix (cached)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
 #   6. trace_processor: the perfetto API's pinned binary, where a network allows (cached)
 # Slow steps are cached under $PROFINFER_CACHE (see scripts/assets.py).
@@ -49,33 +50,41 @@ ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 
 eval "$(.venv/bin/python scripts/assets.py)"
 
-# 4. llama.cpp from the llama-cpp-python sdist: its tools, unstripped, in two builds.
-src="$LLAMA_DIR/src"
-if [ ! -f "$src/CMakeLists.txt" ]; then
-    log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (vendors llama.cpp)"
+# 4. llama.cpp from the llama-cpp-python sdist: its tools, unstripped. The current version in
+#    two builds; an older one (the version matrix, scripts/assets.py) shared only, niced.
+fetch_llama() {  # fetch_llama VERSION DIR: the sdist's vendored llama.cpp in DIR/src
+    local version=$1 src="$2/src" tmp
+    if [ -f "$src/CMakeLists.txt" ]; then return; fi
+    log "fetching llama-cpp-python $version (vendors llama.cpp)"
     tmp=$(mktemp -d)
     .venv/bin/python -m pip download -q --no-deps --no-binary llama-cpp-python -d "$tmp" \
-        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+        "llama-cpp-python==$version"
     mkdir -p "$src"
     tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
     cp -a "$tmp"/llama_cpp_python-*/vendor/llama.cpp/. "$src/"
     rm -rf "$tmp"
-fi
-build_llama() {  # build_llama NAME BUILD_SHARED_LIBS TARGET...
-    local name=$1 shared=$2; shift 2
-    local dir="$LLAMA_DIR/build-$name"
+}
+build_llama() {  # build_llama DIR NAME BUILD_SHARED_LIBS "CMAKE FLAGS" NICENESS JOBS TARGET...
+    local root=$1 name=$2 shared=$3 niceness=$5 jobs=$6 flags
+    read -ra flags <<<"$4"
+    shift 6
+    local dir="$root/build-$name"
     if [ -x "$dir/bin/$1" ] && [ -f "$dir/.complete" ]; then return; fi
-    log "building llama.cpp ($name libraries: $*); takes minutes, once"
-    cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS="$shared" \
-        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON \
-        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_OPENSSL=OFF >"$dir.log" 2>&1 || { tail -n 20 "$dir.log"; exit 1; }
-    cmake --build "$dir" -j "$(nproc)" --target "$@" >>"$dir.log" 2>&1 \
+    log "building llama.cpp in $dir ($*); takes minutes, once"
+    nice -n "$niceness" cmake -S "$root/src" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_SHARED_LIBS="$shared" "${flags[@]}" >"$dir.log" 2>&1 \
+        || { tail -n 20 "$dir.log"; exit 1; }
+    nice -n "$niceness" cmake --build "$dir" -j "$jobs" --target "$@" >>"$dir.log" 2>&1 \
         || { tail -n 20 "$dir.log"; exit 1; }
     touch "$dir/.complete"
 }
-build_llama shared ON llama-completion llama-cli llama-bench llama-server
-build_llama static OFF llama-completion
+fetch_llama "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_DIR"
+build_llama "$LLAMA_DIR" shared ON "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" \
+    llama-completion llama-cli llama-bench llama-server
+build_llama "$LLAMA_DIR" static OFF "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" llama-completion
+fetch_llama "$LLAMA_OLD_VERSION" "$LLAMA_OLD_DIR"
+build_llama "$LLAMA_OLD_DIR" shared ON "$LLAMA_OLD_CMAKE_FLAGS" 19 2 \
+    "$LLAMA_OLD_TOOL" llama-bench
 
 # 5. Models.
 mkdir -p "$MODELS"

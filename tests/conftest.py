@@ -54,3 +54,18 @@ def model() -> Callable[[str], Path]:
 def _needs_root(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("root") and os.geteuid() != 0:
         pytest.fail("this test attaches real probes: run the suite as root")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--matrix", action="store_true",
+                     help="also record the llama.cpp versions only the version matrix tests "
+                          "(nox -s matrix)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--matrix"):
+        return
+    skip = pytest.mark.skip(reason="a version only the version matrix records: nox -s matrix")
+    for item in items:
+        if item.get_closest_marker("matrix"):
+            item.add_marker(skip)

@@ -20,6 +20,10 @@ from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
 from profinfer_perfetto.errors import ProfinferError
 
 OP_SYMBOL = "ggml_cpu_extra_compute_forward"
+"""The per-node op entry, exported (builds from mid-2025 on)."""
+LOCAL_OP_SYMBOL = "ggml_compute_forward"
+"""The per-node op entry of older builds (llama.cpp 2024, llama-cpp-python 0.3.2): a local
+function, found only through `.symtab`; it is also entered for no-op nodes (and returns)."""
 FUSED_SYMBOL = "ggml_compute_forward_rms_norm_mul_fused"
 GRAPH_SYMBOL = "ggml_graph_compute"
 ALLOC_SYMBOL = "ggml_gallocr_alloc_graph"
@@ -121,17 +125,26 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
             )
         return found
 
-    op_file = require(OP_SYMBOL)
+    op_symbol, op_file = OP_SYMBOL, _defining(files, OP_SYMBOL)
+    graph_file = _defining(files, GRAPH_SYMBOL)
+    if op_file is None and graph_file is not None and LOCAL_OP_SYMBOL in graph_file.symbols:
+        op_symbol, op_file = LOCAL_OP_SYMBOL, graph_file
+    if op_file is None:
+        stripped = "" if graph_file is None or graph_file.has_symtab else (
+            f" and {graph_file.path.name} has no .symtab to find the older, local "
+            f"{LOCAL_OP_SYMBOL} in (a build from source keeps it)")
+        raise ProfinferError(f"{OP_SYMBOL} is not defined in {', '.join(names)}{stripped}: "
+                             "is this a ggml CPU build with symbols (not stripped of them)?")
     graph_file = require(GRAPH_SYMBOL)
     ggml = read_ggml_info(files)
-    probes.append(entry(op_file, OP_SYMBOL, "op_begin"))
+    probes.append(entry(op_file, op_symbol, "op_begin"))
     probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
     probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
     alloc_file = _defining(files, ALLOC_SYMBOL)
     if alloc_file is not None:
         probes.append(entry(alloc_file, ALLOC_SYMBOL, "graph_alloc"))
 
-    sites = op_file.call_sites(OP_SYMBOL, (*BARRIER_SYMBOLS, FUSED_SYMBOL))
+    sites = op_file.call_sites(op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL))
     for callee, addrs in sites.items():
         fn = "fused_op_begin" if callee == FUSED_SYMBOL else "barrier_enter"
         probes += [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import signal
 import subprocess
@@ -19,10 +18,13 @@ import pytest
 from profinfer_perfetto.model.names import WAIT_SLICE, probe_args
 from tests import trace_reader
 from tests.conftest import Cli
+from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
 
 pytestmark = pytest.mark.root
 
 PROMPT = "Paris is"
+COUNTED = {"ops": "ggml_cpu_extra_compute_forward",
+           "fused": "ggml_compute_forward_rms_norm_mul_fused"}
 
 
 def completion(llama: Callable[..., Path], model: Path, threads: int, n: int = 16,
@@ -66,51 +68,11 @@ def start_recorder(out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     return recorder, int(line.split("tracing pid ")[1].split(";")[0])
 
 
-class BpftraceCount:
-    """bpftrace counting hits of the probed functions per process, attached beside our
-    recording (other processes of the same library on the machine are counted apart)."""
-
-    def __init__(self, lib_dir: Path) -> None:
-        cpu = lib_dir / "libggml-cpu.so.0"
-        program = "".join(
-            f"uprobe:{cpu}:{fn} {{ @{name}[pid] = count(); }}\n"
-            for name, fn in (("ops", "ggml_cpu_extra_compute_forward"),
-                             ("fused", "ggml_compute_forward_rms_norm_mul_fused"))
-        )
-        # bpftrace prints "Attaching N probes..." before it attaches them; with this variable
-        # (what bpftrace's own runtime tests wait for) it says when they are all attached.
-        self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "__BPFTRACE_NOTIFY_PROBES_ATTACHED": "1"})
-        assert self.proc.stdout is not None
-        said = [self.proc.stdout.readline()]
-        while said[-1] and "__BPFTRACE_NOTIFY_PROBES_ATTACHED" not in said[-1]:
-            said.append(self.proc.stdout.readline())
-        assert said[-1], f"bpftrace did not attach: {''.join(said)}"
-
-    def stop(self, pid: int) -> dict[str, int]:
-        """The counts of process `pid`."""
-        self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=30)
-        counts = {}
-        for m in re.finditer(r"^@(\w+)\[(\d+)\]: (\d+)$", out, re.MULTILINE):
-            if int(m.group(2)) == pid:
-                counts[m.group(1)] = int(m.group(3))
-        return counts
-
-
-def recorded_pid(summary: str) -> int:
-    """The target's pid, from record's summary line `recorded NAME (pid N): ...`."""
-    found = re.search(r"^recorded .* \(pid (\d+)\)", summary, re.MULTILINE)
-    assert found, summary
-    return int(found.group(1))
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
                              model: Callable[[str], Path], tmp_path: Path, threads: int) -> None:
     out = tmp_path / "run.pftrace"
-    bpftrace = BpftraceCount(llama("llama-completion").parent)
+    bpftrace = BpftraceCount(llama("llama-completion").parent / "libggml-cpu.so.0", COUNTED)
     result = cli("record", "-o", out, "--", *completion(llama, model("tiny-llama"), threads))
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
@@ -201,7 +163,7 @@ def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
     try:
         _wait_for(f"http://127.0.0.1:{port}/health")
         recorder, _ = start_recorder(out, "--pid", str(server.pid))
-        bpftrace = BpftraceCount(llama("llama-server").parent)
+        bpftrace = BpftraceCount(llama("llama-server").parent / "libggml-cpu.so.0", COUNTED)
         for _ in range(2):
             _post(f"http://127.0.0.1:{port}/completion", {"prompt": PROMPT, "n_predict": 8})
         counts = bpftrace.stop(server.pid)

@@ -14,6 +14,7 @@ from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import read_ggml_info
 from profinfer_perfetto.capture.target import objects_of_command, plan_probes
 from profinfer_perfetto.errors import ProfinferError
+from scripts.assets import CACHE
 
 
 def _fns(plan_probes_result: object) -> dict[str, int]:
@@ -76,3 +77,30 @@ def test_static_build_names_equal_the_shared_library_s(llama: Callable[..., Path
 def test_a_binary_without_the_runtime_is_refused() -> None:
     with pytest.raises(ProfinferError, match="ggml_cpu_extra_compute_forward is not defined in"):
         plan_probes(objects_of_command(["/bin/true"], []))
+
+
+def _old_build(version: str) -> Path:
+    root = CACHE / f"llama.cpp-{version}" / "build-shared"
+    if not (root / ".complete").is_file():
+        pytest.skip(f"llama.cpp of llama-cpp-python {version} is not built (nox -s matrix)")
+    return root
+
+
+def test_an_older_build_is_probed_at_its_local_op_entry() -> None:
+    """llama.cpp 2024 (0.3.2) has no ggml_cpu_extra_compute_forward: the node loop calls the
+    local ggml_compute_forward, and its one barrier is a call of GOMP_barrier beside it."""
+    root = _old_build("0.3.2")
+    plan = plan_probes(objects_of_command([str(root / "bin" / "llama-cli")], []))
+    (op,) = [p for p in plan.probes if p.fn == "op_begin"]
+    assert op.where == "ggml_compute_forward" and op.path.name == "libggml-cpu.so"
+    barriers = [p.where for p in plan.probes if p.fn == "barrier_enter"]
+    assert len(barriers) == 1 and barriers[0].startswith("call GOMP_barrier at")
+    assert _fns(plan)["decode_begin"] == 1 and plan.notes == ()
+
+
+def test_an_older_build_stripped_of_symtab_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    cpu = _old_build("0.3.2") / "ggml" / "src" / "ggml-cpu" / "libggml-cpu.so"
+    shutil.copy(cpu, tmp_path / cpu.name)
+    subprocess.run(["strip", "--strip-all", str(tmp_path / cpu.name)], check=True)
+    with pytest.raises(ProfinferError, match=r"libggml-cpu\.so has no \.symtab to find the older"):
+        plan_probes([tmp_path / cpu.name])

@@ -1,0 +1,40 @@
+"""bpftrace as an independent count of how often a library's functions are entered."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+
+class BpftraceCount:
+    """bpftrace counting entries of functions of one library, per process: the count of one
+    pid stays right while other runs of the same tool (another test run) go on beside it."""
+
+    def __init__(self, lib: Path, functions: dict[str, str]) -> None:
+        program = "".join(f"uprobe:{lib}:{fn} {{ @{name}[pid] = count(); }}\n"
+                          for name, fn in functions.items())
+        # bpftrace prints "Attaching N probes..." before it attaches them; with this variable
+        # (what bpftrace's own runtime tests wait for) it says when they are all attached.
+        self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, "__BPFTRACE_NOTIFY_PROBES_ATTACHED": "1"})
+        assert self.proc.stdout is not None
+        said = [self.proc.stdout.readline()]
+        while said[-1] and "__BPFTRACE_NOTIFY_PROBES_ATTACHED" not in said[-1]:
+            said.append(self.proc.stdout.readline())
+        assert said[-1], f"bpftrace did not attach: {''.join(said)}"
+
+    def stop(self, pid: int) -> dict[str, int]:
+        """Stop counting; the counts of process `pid`, by the names given to the functions."""
+        self.proc.send_signal(signal.SIGINT)
+        out, _ = self.proc.communicate(timeout=30)
+        return {m[1]: int(m[2]) for m in re.finditer(rf"^@(\w+)\[{pid}\]: (\d+)$", out, re.M)}
+
+
+def recorded_pid(stdout: str) -> int:
+    """The pid `record`'s summary names (-1 when there is no summary)."""
+    found = re.search(r"recorded \S+ \(pid (\d+)\)", stdout)
+    return int(found[1]) if found else -1
