@@ -21,6 +21,22 @@ class Build:
     """name:block/size of each type, separated by semicolons (names may hold commas)."""
 
 
+_TYPES_2025 = (
+    "f32:1/4;f16:1/2;q4_0:32/18;q4_1:32/20;DEPRECATED:0/0;DEPRECATED:0/0;q5_0:32/22;"
+    "q5_1:32/24;q8_0:32/34;q8_1:32/36;q2_K:256/84;q3_K:256/110;q4_K:256/144;"
+    "q5_K:256/176;q6_K:256/210;q8_K:256/292;iq2_xxs:256/66;iq2_xs:256/74;"
+    "iq3_xxs:256/98;iq1_s:256/50;iq4_nl:32/18;iq3_s:256/110;iq2_s:256/82;"
+    "iq4_xs:256/136;i8:1/1;i16:1/2;i32:1/4;i64:1/8;f64:1/8;iq1_m:256/56;bf16:1/2;"
+    "TYPE_Q4_0_4_4 REMOVED, use Q4_0 with runtime repacking:0/0;"
+    "TYPE_Q4_0_4_8 REMOVED, use Q4_0 with runtime repacking:0/0;"
+    "TYPE_Q4_0_8_8 REMOVED, use Q4_0 with runtime repacking:0/0;tq1_0:256/54;"
+    "tq2_0:256/66;TYPE_IQ4_NL_4_4 REMOVED, use IQ4_NL with runtime repacking:0/0;"
+    "TYPE_IQ4_NL_4_8 REMOVED, use IQ4_NL with runtime repacking:0/0;"
+    "TYPE_IQ4_NL_8_8 REMOVED, use IQ4_NL with runtime repacking:0/0"
+)
+"""The types of every build from mid-2025 on; later ones add theirs at the end."""
+
+
 BUILDS = {
     "0.3.2": Build(
         layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=160, n_src=10,
@@ -81,19 +97,7 @@ BUILDS = {
         glu_ops=(
             "REGLU GEGLU SWIGLU GEGLU_ERF GEGLU_QUICK"
         ),
-        types=(
-            "f32:1/4;f16:1/2;q4_0:32/18;q4_1:32/20;DEPRECATED:0/0;DEPRECATED:0/0;q5_0:32/22;"
-            "q5_1:32/24;q8_0:32/34;q8_1:32/36;q2_K:256/84;q3_K:256/110;q4_K:256/144;"
-            "q5_K:256/176;q6_K:256/210;q8_K:256/292;iq2_xxs:256/66;iq2_xs:256/74;"
-            "iq3_xxs:256/98;iq1_s:256/50;iq4_nl:32/18;iq3_s:256/110;iq2_s:256/82;"
-            "iq4_xs:256/136;i8:1/1;i16:1/2;i32:1/4;i64:1/8;f64:1/8;iq1_m:256/56;bf16:1/2;"
-            "TYPE_Q4_0_4_4 REMOVED, use Q4_0 with runtime repacking:0/0;"
-            "TYPE_Q4_0_4_8 REMOVED, use Q4_0 with runtime repacking:0/0;"
-            "TYPE_Q4_0_8_8 REMOVED, use Q4_0 with runtime repacking:0/0;tq1_0:256/54;"
-            "tq2_0:256/66;TYPE_IQ4_NL_4_4 REMOVED, use IQ4_NL with runtime repacking:0/0;"
-            "TYPE_IQ4_NL_4_8 REMOVED, use IQ4_NL with runtime repacking:0/0;"
-            "TYPE_IQ4_NL_8_8 REMOVED, use IQ4_NL with runtime repacking:0/0"
-        ),
+        types=_TYPES_2025,
     ),
     "0.3.19": Build(
         layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152, n_src=10,
@@ -122,17 +126,7 @@ BUILDS = {
             "REGLU GEGLU SWIGLU SWIGLU_OAI GEGLU_ERF GEGLU_QUICK"
         ),
         types=(
-            "f32:1/4;f16:1/2;q4_0:32/18;q4_1:32/20;DEPRECATED:0/0;DEPRECATED:0/0;q5_0:32/22;"
-            "q5_1:32/24;q8_0:32/34;q8_1:32/36;q2_K:256/84;q3_K:256/110;q4_K:256/144;"
-            "q5_K:256/176;q6_K:256/210;q8_K:256/292;iq2_xxs:256/66;iq2_xs:256/74;"
-            "iq3_xxs:256/98;iq1_s:256/50;iq4_nl:32/18;iq3_s:256/110;iq2_s:256/82;"
-            "iq4_xs:256/136;i8:1/1;i16:1/2;i32:1/4;i64:1/8;f64:1/8;iq1_m:256/56;bf16:1/2;"
-            "TYPE_Q4_0_4_4 REMOVED, use Q4_0 with runtime repacking:0/0;"
-            "TYPE_Q4_0_4_8 REMOVED, use Q4_0 with runtime repacking:0/0;"
-            "TYPE_Q4_0_8_8 REMOVED, use Q4_0 with runtime repacking:0/0;tq1_0:256/54;"
-            "tq2_0:256/66;TYPE_IQ4_NL_4_4 REMOVED, use IQ4_NL with runtime repacking:0/0;"
-            "TYPE_IQ4_NL_4_8 REMOVED, use IQ4_NL with runtime repacking:0/0;"
-            "TYPE_IQ4_NL_8_8 REMOVED, use IQ4_NL with runtime repacking:0/0;mxfp4:32/17;"
+            _TYPES_2025 + ";mxfp4:32/17;"
             "nvfp4:64/36"
         ),
     ),
@@ -164,17 +158,7 @@ BUILDS = {
             "REGLU GEGLU SWIGLU SWIGLU_OAI GEGLU_ERF GEGLU_QUICK SWIGLU_CLAMP"
         ),
         types=(
-            "f32:1/4;f16:1/2;q4_0:32/18;q4_1:32/20;DEPRECATED:0/0;DEPRECATED:0/0;q5_0:32/22;"
-            "q5_1:32/24;q8_0:32/34;q8_1:32/36;q2_K:256/84;q3_K:256/110;q4_K:256/144;"
-            "q5_K:256/176;q6_K:256/210;q8_K:256/292;iq2_xxs:256/66;iq2_xs:256/74;"
-            "iq3_xxs:256/98;iq1_s:256/50;iq4_nl:32/18;iq3_s:256/110;iq2_s:256/82;"
-            "iq4_xs:256/136;i8:1/1;i16:1/2;i32:1/4;i64:1/8;f64:1/8;iq1_m:256/56;bf16:1/2;"
-            "TYPE_Q4_0_4_4 REMOVED, use Q4_0 with runtime repacking:0/0;"
-            "TYPE_Q4_0_4_8 REMOVED, use Q4_0 with runtime repacking:0/0;"
-            "TYPE_Q4_0_8_8 REMOVED, use Q4_0 with runtime repacking:0/0;tq1_0:256/54;"
-            "tq2_0:256/66;TYPE_IQ4_NL_4_4 REMOVED, use IQ4_NL with runtime repacking:0/0;"
-            "TYPE_IQ4_NL_4_8 REMOVED, use IQ4_NL with runtime repacking:0/0;"
-            "TYPE_IQ4_NL_8_8 REMOVED, use IQ4_NL with runtime repacking:0/0;mxfp4:32/17;"
+            _TYPES_2025 + ";mxfp4:32/17;"
             "nvfp4:64/36;q1_0:128/18;q2_0:64/18"
         ),
     ),
