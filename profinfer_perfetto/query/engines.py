@@ -56,8 +56,9 @@ def statements(sql: str) -> list[str]:
 class BuiltinEngine:
     name = "builtin"
 
-    def __init__(self, trace: Path) -> None:
-        self._db = importer.load(trace)
+    def __init__(self, trace: Path, data: bytes) -> None:
+        """The trace's bytes, as open_engine read them for its whole-file check."""
+        self._db = importer.load(trace, data)
 
     def query(self, sql: str) -> Result:
         result = Result([], [])
@@ -179,15 +180,16 @@ def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
     if not trace.is_file():
         raise ProfinferError(f"no trace at {trace}")
     try:
-        check_whole(trace, trace.read_bytes())
+        data = trace.read_bytes()
     except OSError as exc:
         raise ProfinferError(f"cannot read {trace}: {exc.strerror}") from None
+    check_whole(trace, data)
     if choice == "builtin":
-        return BuiltinEngine(trace), "builtin engine (asked for)"
+        return BuiltinEngine(trace, data), "builtin engine (asked for)"
     bin_path, source = find_trace_processor(tp_bin)
     if bin_path is not None:
         return TraceProcessorEngine(trace, bin_path), f"trace_processor ({source})"
     if choice == "trace_processor":
         raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "
                              f"or set {TP_BIN_ENV}")
-    return BuiltinEngine(trace), f"builtin engine (no trace_processor binary: {source})"
+    return BuiltinEngine(trace, data), f"builtin engine (no trace_processor binary: {source})"

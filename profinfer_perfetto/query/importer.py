@@ -1192,12 +1192,9 @@ def _store(reader: _Reader, t: _Tables, pool: ThreadPoolExecutor) -> sqlite3.Con
     return db
 
 
-def load(path: Path) -> sqlite3.Connection:
-    """Import a Perfetto TrackEvent trace into a new in-memory SQLite database."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ProfinferError(f"cannot read {path}: {exc.strerror}") from None
+def load(path: Path, data: bytes) -> sqlite3.Connection:
+    """Import a Perfetto TrackEvent trace (`data`, the bytes of `path`) into a new in-memory
+    SQLite database."""
     with ThreadPoolExecutor(2) as pool:
         reader = _Reader(path, pool)
         reader.read(data)

@@ -252,7 +252,7 @@ def trace(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 
 def _builtin_tables(trace: Path) -> dict[str, Any]:
-    engine = BuiltinEngine(trace)
+    engine = BuiltinEngine(trace, trace.read_bytes())
     try:
         assert engine.query("pragma integrity_check").rows == [("ok",)]
         return _tables(engine)
@@ -318,7 +318,7 @@ def test_nesting_is_a_slice_stack() -> None:
 @pytest.mark.skipif(TP_BIN is None, reason="PROFINFER_TP_BIN names no trace_processor_shell")
 def test_engines_agree(trace: Path) -> None:
     assert TP_BIN is not None
-    builtin, tp = BuiltinEngine(trace), _TraceProcessor(trace, TP_BIN)
+    builtin, tp = BuiltinEngine(trace, trace.read_bytes()), _TraceProcessor(trace, TP_BIN)
     try:
         ours, theirs = _tables(builtin), _tables(tp)
     finally:
