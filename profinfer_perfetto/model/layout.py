@@ -24,7 +24,7 @@ from profinfer_perfetto.model.names import (
     graph_slice,
     probe_args,
 )
-from profinfer_perfetto.model.trace_model import TraceModel, token_phase
+from profinfer_perfetto.model.trace_model import Ops, TraceModel, token_phase
 from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
@@ -89,7 +89,8 @@ class Layout:
     counter_names: list[str] = field(default_factory=list)
     counter_delta: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
     """(rows, counters): an op's count during its work, an arg `counter_arg(NAME)` of its slice
-    begin; -1 for none."""
+    begin; -1 for none, and for a count of 0 (most ops see no context switch: an arg on each
+    would cost trace_processor a parse per op)."""
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -138,6 +139,19 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
         if src["ptr"]:
             args.append((f"src{i}", f"{ggml.type_name(int(src['type']))} {_shape(src['ne'])}"))
     return tuple(args)
+
+
+def _described(ops: Ops) -> np.ndarray:
+    """Which op slices carry their node's description: one per (graph, node), the lowest ith's
+    (the calling thread's, ith 0, whose ops the model's nodes come from). The other threads'
+    shares carry only `node`: a description on every share would be parsed by trace_processor
+    once per thread (most of its load time on a big trace)."""
+    order = np.lexsort((ops.ith, ops.node, ops.graph))
+    first = np.ones(len(order), bool)
+    first[1:] = (np.diff(ops.graph[order]) != 0) | (np.diff(ops.node[order]) != 0)
+    described = np.zeros(len(order), bool)
+    described[order[first]] = True
+    return described
 
 
 class _Rows:
@@ -288,23 +302,28 @@ class _LayoutBuilder:
         model, ops = self.model, self.model.ops
         pairs, which = np.unique(np.stack([ops.node, ops.fused], 1), axis=0, return_inverse=True)
         which = which.reshape(-1)
-        names, args = [], []
+        names, args, shares = [], [], []
         for node, fused in pairs.tolist():
             label, tensor = model.op_label(node, fused)
             names.append(self.strings(f"{label} {tensor}"))
             args.append(self.arg_set(_node_args(model, node, fused)))
-        name, arg = np.array(names, np.int64)[which], np.array(args, np.int64)[which]
+            shares.append(self.arg_set((("node", int(model.nodes.index[node])),)))
+        name = np.array(names, np.int64)[which]
+        arg = np.where(_described(ops), np.array(args, np.int64)[which],
+                       np.array(shares, np.int64)[which])
         track = np.array([thread[t] for t in ops.tid.tolist()], np.int64)
         depth = np.where(caller, 2, 1)
         begin_rows = np.empty(len(ops), np.int64)
         end_rows = np.empty(len(ops), np.int64)
         wait = self.strings(WAIT_SLICE)
+        # A wait starts where its op's slice ends (slices last at least 1 ns).
+        work_end = np.maximum(ops.work_end, ops.begin + 1)
         for d in (1, 2):
             sel = np.flatnonzero(depth == d)
             begin_rows[sel], end_rows[sel] = self.rows.slices(
-                track[sel], ops.begin[sel], ops.work_end[sel], d, name[sel], arg[sel])
-            waits = sel[ops.end[sel] > ops.work_end[sel]]
-            self.rows.slices(track[waits], ops.work_end[waits], ops.end[waits], d, wait)
+                track[sel], ops.begin[sel], work_end[sel], d, name[sel], arg[sel])
+            waits = sel[ops.end[sel] > work_end[sel]]
+            self.rows.slices(track[waits], work_end[waits], ops.end[waits], d, wait)
         return begin_rows, end_rows
 
     def tokens_per_second(self) -> None:
@@ -359,7 +378,7 @@ class _LayoutBuilder:
         tracks = np.full(shape, -1, np.int64)
         values = np.zeros(shape, np.int64)
         deltas = np.full(shape, -1, np.int64)
-        deltas[rank[op_begin]] = ops.counter_delta
+        deltas[rank[op_begin]] = np.where(ops.counter_delta > 0, ops.counter_delta, -1)
         for tid in np.unique(ops.tid).tolist():
             sel = np.flatnonzero(ops.tid == tid)
             for c, counter in enumerate(model.run.counters):

@@ -9,10 +9,13 @@ trace_processor's names and columns (query/importer.py), so the same SQL runs on
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import tempfile
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -79,15 +82,17 @@ class BuiltinEngine:
 class TraceProcessorEngine:
     name = "trace_processor"
 
-    def __init__(self, trace: Path, bin_path: str) -> None:
-        """Load `trace` into the trace_processor_shell at `bin_path`; a trace it rejects, or
-        reads only in part (an error or data-loss entry in its `stats`), is an error."""
-        from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+    def __init__(self, trace: Path, data: bytes, bin_path: str) -> None:
+        """Load `trace` (its bytes, `data`) into the trace_processor_shell at `bin_path`; a trace
+        it rejects, or reads only in part (an error or data-loss entry in its `stats`), is an
+        error."""
+        from perfetto.trace_processor import TraceProcessor
 
-        try:  # with a bin_path, the API keeps the shell's output in temporary files
-            self._tp = TraceProcessor(trace=str(trace),
-                                      config=TraceProcessorConfig(bin_path=bin_path))
+        self._shell = _Shell(bin_path)
+        try:
+            self._tp = TraceProcessor(trace=_chunks(data), remote=self._shell.addr)
         except Exception as exc:  # the API raises bare Exceptions too
+            self._shell.stop()
             raise ProfinferError(f"trace_processor could not load {trace}: {_first_line(exc)}"
                                  ) from None
         problems = self.query(_STATS_PROBLEMS).rows
@@ -112,6 +117,56 @@ class TraceProcessorEngine:
 
     def close(self) -> None:
         self._tp.close()
+        self._shell.stop()
+
+
+CHUNK_BYTES = 16 << 20
+"""The trace goes to trace_processor in pieces this big (the perfetto API reads a file in 1 MiB
+pieces, one HTTP request each)."""
+SHELL_START_S = 30.0
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    view = memoryview(data)
+    for at in range(0, len(data), CHUNK_BYTES):
+        yield bytes(view[at:at + CHUNK_BYTES])
+
+
+class _Shell:
+    """trace_processor_shell serving its HTTP RPC on a free local port, started here rather than
+    by the perfetto API, whose start-up check sleeps a whole second whenever the shell is not
+    listening yet (nearly always): here the check repeats every 10 ms."""
+
+    def __init__(self, bin_path: str) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.addr = f"127.0.0.1:{port}"
+        try:
+            self._proc = subprocess.Popen([bin_path, "-D", "--http-port", str(port)],
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
+        except OSError as exc:
+            raise ProfinferError(f"cannot run trace_processor {bin_path}: {exc.strerror}"
+                                 ) from None
+        deadline = time.monotonic() + SHELL_START_S
+        while not self._listening():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise ProfinferError(f"trace_processor {bin_path} did not start serving")
+            time.sleep(0.01)
+
+    def _listening(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.addr}/status", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+        self._proc.wait()
 
 
 _STATS_PROBLEMS = """
@@ -188,7 +243,7 @@ def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
         return BuiltinEngine(trace, data), "builtin engine (asked for)"
     bin_path, source = find_trace_processor(tp_bin)
     if bin_path is not None:
-        return TraceProcessorEngine(trace, bin_path), f"trace_processor ({source})"
+        return TraceProcessorEngine(trace, data, bin_path), f"trace_processor ({source})"
     if choice == "trace_processor":
         raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "
                              f"or set {TP_BIN_ENV}")

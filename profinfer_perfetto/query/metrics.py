@@ -60,7 +60,7 @@ class PreludeTable:
 
 
 _TABLE = re.compile(r"CREATE (?:TABLE|VIEW) (profinfer_\w+)", re.IGNORECASE)
-_INDEX = re.compile(r"CREATE INDEX \w+ ON (profinfer_\w+)", re.IGNORECASE)
+_INDEX = re.compile(r"CREATE (?:UNIQUE )?INDEX \w+ ON (profinfer_\w+)", re.IGNORECASE)
 _NAME = re.compile(r"\bprofinfer_\w+")
 
 

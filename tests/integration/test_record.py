@@ -34,6 +34,12 @@ def completion(llama: Callable[..., Path], model: Path, threads: int, n: int = 1
 
 
 def op_slices(trace: trace_reader.Trace) -> list[trace_reader.Slice]:
+    """Every thread's share of every node (a `node` arg)."""
+    return [s for s in trace.slices if "node" in s.args]
+
+
+def described(trace: trace_reader.Trace) -> list[trace_reader.Slice]:
+    """The one op slice per node that carries its description (the calling thread's)."""
     return [s for s in trace.slices if "op" in s.args]
 
 
@@ -103,7 +109,7 @@ def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
 
     # Descriptors follow graph rebuilds (prefill, then decode graphs reused step after step):
     # a token's Q projection is as wide as its batch.
-    for s in ops:
+    for s in described(trace):
         if s.args["tensor"] == "Qcur-0" and s.args["op"] == "MUL_MAT":
             step = s.parent.parent if s.parent is not None else None
             if step is not None and step.name in ("prefill", "decode"):
@@ -113,6 +119,12 @@ def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
     # Threads: each runs its share of every node of every graph.
     per_thread = Counter(trace.tracks[s.track].thread.tid for s in ops)
     assert len(per_thread) == threads and len(set(per_thread.values())) == 1
+    # A node is described once, on its calling thread's share, which every share is named after.
+    nodes = {(s.parent.args["graph"], s.args["node"]): s for s in described(trace)
+             if s.parent is not None}
+    assert len(nodes) * threads == len(ops)
+    assert all(s.parent is not None and nodes[s.parent.args["graph"], s.args["node"]].name
+               == s.name for s in ops)
 
     # Nesting: op inside graph inside token step on the calling thread, inside graph elsewhere.
     main_tid = trace.tracks[steps[0].track].thread.tid
@@ -125,11 +137,11 @@ def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
     assert waits and all(w.parent is not None and w.parent.name == "graph CPU" for w in waits)
 
     # Names: `OP tensor`, the tensor names llama.cpp gives, layers from their suffix.
-    tensors = {s.args["tensor"] for s in ops}
+    tensors = {s.args["tensor"] for s in nodes.values()}
     assert {"Qcur-0", "Kcur-3", "ffn_up-2", "result_output"} <= tensors
-    for s in ops:
+    for s in nodes.values():
         assert s.name == f"{s.args.get('subop') or s.args['op']} {s.args['tensor']}"
-    assert {s.args["layer"] for s in ops} == {-1, 0, 1, 2, 3}
+    assert {s.args["layer"] for s in nodes.values()} == {-1, 0, 1, 2, 3}
 
     # DAG: a flow per source link between computed nodes, producer before consumer.
     assert trace.flows
@@ -148,7 +160,7 @@ def test_record_a_static_build(cli: Cli, llama: Callable[..., Path],
     assert result.returncode == 0, result.stderr
     trace = trace_reader.read(out)
     assert record_slice(trace).args["events_lost"] == 0
-    assert {s.args["op"] for s in op_slices(trace)} >= {"MUL_MAT", "ROPE", "RMS_NORM+MUL"}
+    assert {s.args["op"] for s in described(trace)} >= {"MUL_MAT", "ROPE", "RMS_NORM+MUL"}
     assert trace.flows
 
 

@@ -118,7 +118,7 @@ class Loaded:
         return int(row.n)
 
     def op_slices(self, where: str = "1") -> str:
-        return (f"select * from slice where extract_arg(arg_set_id, '{self.arg}.op') is not null"
+        return (f"select * from slice where extract_arg(arg_set_id, '{self.arg}.node') is not null"
                 f" and ({where})")
 
 

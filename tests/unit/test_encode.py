@@ -65,6 +65,11 @@ def test_tracks_nesting_and_flows(tmp_path: Path) -> None:
     assert op.args["op"] == "MUL_MAT" and op.args["tensor"] == "ffn_up-0"
     assert op.args["layer"] == 0 and op.args["src1"] == "f32 64"
     assert op.parent is main[1] and main[1].parent is main[0]
+    # A node is described once, on the calling thread's share; the worker's carries its node
+    # (and its own counter counts, where not 0).
+    assert [s.args for s in worker[1:]] == [
+        {"node": 0, "counter_context-switches": 1}, {"node": 1}, {"node": 3,
+                                                                  "counter_context-switches": 2}]
     waits = [s for s in trace.thread_slices(synthetic.WORKER) if s.name == WAIT_SLICE]
     assert [(w.ts, w.end) for w in waits] == [(5_000, 8_600), (9_900, 10_100), (11_000, 13_000)]
     edges = sorted((a.args["tensor"], b.args["tensor"]) for a, b in trace.flows)

@@ -8,18 +8,18 @@
 --   total_ns, mean_ns, p50_ns, p90_ns, max_ns   instance time (percentiles: nearest rank)
 --   share      total_ns over the phase's token-step time
 WITH grouped AS (
-  SELECT phase, op, role, COUNT(*) AS n, MIN(rowid) AS first, SUM(dur) AS total_ns,
-         AVG(dur) AS mean, MAX(dur) AS max_ns
+  SELECT grp, COUNT(*) AS n, MIN(rowid) AS first, SUM(dur) AS total_ns, AVG(dur) AS mean,
+         MAX(dur) AS max_ns
   FROM profinfer_node_by_dur
-  GROUP BY phase, op, role
+  GROUP BY grp
 ),
 phase_time AS (SELECT phase, SUM(dur) AS ns FROM profinfer_step GROUP BY phase)
-SELECT g.phase, g.op, g.role, g.n AS count, g.total_ns,
+SELECT k.phase, k.op, k.role, g.n AS count, g.total_ns,
        CAST(ROUND(g.mean) AS INTEGER) AS mean_ns,
        (SELECT dur FROM profinfer_node_by_dur WHERE rowid = g.first + (g.n + 1) / 2 - 1) AS p50_ns,
        (SELECT dur FROM profinfer_node_by_dur WHERE rowid = g.first + (9 * g.n + 9) / 10 - 1)
          AS p90_ns,
        g.max_ns,
        ROUND(1.0 * g.total_ns / p.ns, 4) AS share
-FROM grouped g JOIN phase_time p USING (phase)
-ORDER BY g.phase DESC, g.total_ns DESC, g.op, g.role;
+FROM grouped g JOIN profinfer_node_group k USING (grp) JOIN phase_time p USING (phase)
+ORDER BY k.phase DESC, g.total_ns DESC, k.op, k.role;

@@ -12,18 +12,25 @@
 --   profinfer_node   one row per graph node: ts (first thread's start), dur (to the last
 --                    thread's end), work, slowest, fastest, wait (summed over threads), threads
 --
+-- An op slice is a slice with a `node` arg. One op slice per graph node (the calling thread's)
+-- carries the node's description (op, tensor, role, shapes, flops, bytes); the other threads'
+-- shares carry `node` alone (and their own counter counts), so a node is described once.
 -- profinfer_op and profinfer_node are views: their times are tables of numbers
--- (profinfer_op_times, profinfer_node_times, with an arg_set_id), their names and work come from
--- the few pivoted arg sets (profinfer_slice_args), so no text is carried through a million rows.
--- profinfer_node_by_dur holds profinfer_node's phase, op, role and dur, sorted by them: the rows of one
--- (phase, op, role) are consecutive and their rowids rank them by dur, so a nearest-rank
--- percentile is one rowid lookup (no window function).
+-- (profinfer_op_times, profinfer_node_times; a node's `node_args` is the arg set describing it),
+-- their names and work come from the few pivoted arg sets (profinfer_slice_args), so no text is
+-- carried through a million rows. profinfer_op's arg_set_id is the slice's own (its counters).
+-- profinfer_node_by_dur holds each node's dur under its (phase, op, role) group number
+-- (profinfer_node_group: the phase's number, from profinfer_phase_no, times a million plus the
+-- (op, role)'s, from profinfer_op_role_no), sorted by both: a group's rows are consecutive and
+-- their rowids rank them by dur, so a nearest-rank percentile is one rowid lookup (no window
+-- function, no sort on text).
 --
 -- For speed on trace_processor, whose `slice`, `thread_track` and `thread` are virtual tables,
 -- each step first copies the few rows it needs (slices picked by their arg set or name) into a
 -- table of its own and joins only such tables: a join of a large table with a virtual one can
 -- make SQLite's planner scan the virtual one per row (minutes on a 1 M-op trace). Arg sets are
--- few (one per distinct set of args), so pivoting them is cheap.
+-- few (one per distinct set of args), so pivoting them is cheap. `+arg_set_id IN (...)` keeps
+-- the built-in engine's SQLite from indexing all of `slice` to pick the op slices (4x slower).
 
 CREATE TABLE profinfer_slice_args AS
 SELECT
@@ -59,14 +66,14 @@ CREATE INDEX profinfer_slice_args_id ON profinfer_slice_args (arg_set_id);
 CREATE TABLE profinfer_step AS
 SELECT a.step, a.phase, a.n_tokens, a.pos, a.pos + a.n_tokens AS kv_len, s.ts, s.dur,
        s.id AS slice_id
-FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE arg_set_id IN
+FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE +arg_set_id IN
         (SELECT arg_set_id FROM profinfer_slice_args
          WHERE phase IS NOT NULL AND step IS NOT NULL)) s
 JOIN profinfer_slice_args a USING (arg_set_id);
 
 CREATE TABLE profinfer_graph_slice AS
 SELECT s.id AS slice_id, s.ts, s.dur, a.graph, s.arg_set_id
-FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE arg_set_id IN
+FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE +arg_set_id IN
         (SELECT arg_set_id FROM profinfer_slice_args WHERE graph IS NOT NULL)) s
 JOIN profinfer_slice_args a USING (arg_set_id);
 CREATE INDEX profinfer_graph_slice_id ON profinfer_graph_slice (slice_id);
@@ -84,43 +91,70 @@ CREATE TABLE profinfer_thread_track AS
 SELECT tt.id AS track_id, t.tid FROM thread_track tt JOIN thread t USING (utid);
 CREATE INDEX profinfer_thread_track_id ON profinfer_thread_track (track_id);
 
+-- A thread's barrier wait after an op: the slice that starts where the op's slice ends, under
+-- the same graph slice.
 CREATE TABLE profinfer_wait AS
 SELECT parent_id, ts, dur FROM slice WHERE name = 'barrier wait';
-CREATE INDEX profinfer_wait_at ON profinfer_wait (parent_id, ts);
+CREATE UNIQUE INDEX profinfer_wait_at ON profinfer_wait (parent_id, ts);
 
-CREATE TABLE profinfer_op_times AS
-SELECT o.id AS slice_id, o.ts, o.dur,
-       COALESCE((SELECT w.dur FROM profinfer_wait w
-                 WHERE w.parent_id = o.parent_id AND w.ts BETWEEN o.ts AND o.ts + o.dur
-                 ORDER BY w.ts LIMIT 1), 0) AS wait,
-       t.tid, gs.graph, a.node, o.arg_set_id
-FROM (SELECT id, ts, dur, track_id, parent_id, arg_set_id FROM slice WHERE arg_set_id IN
-        (SELECT arg_set_id FROM profinfer_slice_args WHERE op IS NOT NULL)) o
+CREATE VIEW profinfer_op_rows AS
+SELECT o.id AS slice_id, o.ts, o.dur, COALESCE(w.dur, 0) AS wait, o.track_id, gs.graph, a.node,
+       o.arg_set_id, CASE WHEN a.op IS NOT NULL THEN o.arg_set_id END AS node_args
+FROM (SELECT id, ts, dur, track_id, parent_id, arg_set_id FROM slice WHERE +arg_set_id IN
+        (SELECT arg_set_id FROM profinfer_slice_args WHERE node IS NOT NULL)) o
 JOIN profinfer_slice_args a USING (arg_set_id)
 JOIN profinfer_graph_slice gs ON gs.slice_id = o.parent_id
-JOIN profinfer_thread_track t USING (track_id);
+LEFT JOIN profinfer_wait w ON w.parent_id = o.parent_id AND w.ts = o.ts + o.dur;
+
+CREATE TABLE profinfer_node_times AS
+SELECT graph, node, COUNT(*) AS threads, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur,
+       SUM(dur) AS work, MAX(dur) AS slowest, MIN(dur) AS fastest, SUM(wait) AS wait,
+       MAX(node_args) AS node_args
+FROM profinfer_op_rows
+GROUP BY graph, node;
+CREATE UNIQUE INDEX profinfer_node_times_id ON profinfer_node_times (graph, node);
+
+CREATE TABLE profinfer_op_times AS
+SELECT o.slice_id, o.ts, o.dur, o.wait, t.tid, o.graph, o.node, o.arg_set_id
+FROM profinfer_op_rows o JOIN profinfer_thread_track t USING (track_id);
 
 CREATE VIEW profinfer_op AS
 SELECT o.slice_id, o.ts, o.dur, o.wait, o.tid, o.graph, g.step, g.phase, o.node, a.op, a.subop,
        a.tensor, a.role, a.layer, a.dtype, a.src0_dtype, a.flops, a.bytes, o.arg_set_id
 FROM profinfer_op_times o
-JOIN profinfer_slice_args a USING (arg_set_id)
+JOIN profinfer_node_times n USING (graph, node)
+JOIN profinfer_slice_args a ON a.arg_set_id = n.node_args
 JOIN profinfer_graph g USING (graph);
-
-CREATE TABLE profinfer_node_times AS
-SELECT graph, node, COUNT(*) AS threads, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur,
-       SUM(dur) AS work, MAX(dur) AS slowest, MIN(dur) AS fastest, SUM(wait) AS wait,
-       MIN(arg_set_id) AS arg_set_id
-FROM profinfer_op_times
-GROUP BY graph, node;
 
 CREATE VIEW profinfer_node AS
 SELECT n.graph, n.node, g.step, g.phase, a.op, a.role, a.layer, a.tensor, a.dtype, a.src0_dtype,
        a.flops, a.bytes, n.threads, n.ts, n.dur, n.work, n.slowest, n.fastest, n.wait
 FROM profinfer_node_times n
-JOIN profinfer_slice_args a USING (arg_set_id)
+JOIN profinfer_slice_args a ON a.arg_set_id = n.node_args
 JOIN profinfer_graph g USING (graph);
 
+CREATE TABLE profinfer_phase_no AS
+SELECT graph, phase, CASE phase WHEN 'prefill' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS no
+FROM profinfer_graph WHERE phase IS NOT NULL;
+CREATE UNIQUE INDEX profinfer_phase_no_id ON profinfer_phase_no (graph);
+
+CREATE TABLE profinfer_op_role_no AS
+SELECT a.arg_set_id, r.no, a.op, a.role
+FROM profinfer_slice_args a
+JOIN (SELECT op, role, ROW_NUMBER() OVER (ORDER BY op, role) AS no
+      FROM (SELECT DISTINCT op, role FROM profinfer_slice_args WHERE op IS NOT NULL)) r
+  USING (op, role);
+CREATE UNIQUE INDEX profinfer_op_role_no_id ON profinfer_op_role_no (arg_set_id);
+
+CREATE TABLE profinfer_node_group AS
+SELECT p.no * 1000000 + r.no AS grp, p.phase, r.op, r.role
+FROM (SELECT DISTINCT no, phase FROM profinfer_phase_no) p,
+     (SELECT DISTINCT no, op, role FROM profinfer_op_role_no) r;
+CREATE UNIQUE INDEX profinfer_node_group_id ON profinfer_node_group (grp);
+
 CREATE TABLE profinfer_node_by_dur AS
-SELECT phase, op, role, dur FROM profinfer_node WHERE phase IS NOT NULL
-ORDER BY phase, op, role, dur;
+SELECT p.no * 1000000 + r.no AS grp, n.dur
+FROM profinfer_node_times n
+JOIN profinfer_phase_no p USING (graph)
+JOIN profinfer_op_role_no r ON r.arg_set_id = n.node_args
+ORDER BY grp, n.dur;
