@@ -76,6 +76,14 @@ OLD_VERSION = "0.3.14"
 LLAMA_DIR = VERSIONS[LLAMA_CPP_PYTHON_VERSION].dir
 
 
+BINDINGS = CACHE / f"bindings-{LLAMA_CPP_PYTHON_VERSION}"
+"""A venv with llama-cpp-python's wheel, built from the same sdist: llama.cpp loaded by Python."""
+
+
+def bindings_python() -> Path:
+    return BINDINGS / "bin" / "python"
+
+
 def bin_dir(build: str = "shared") -> Path:
     """The tools of a build: "shared" (libggml-*.so beside them) or "static" (one executable)."""
     return LLAMA_DIR / f"build-{build}" / "bin"
@@ -97,6 +105,7 @@ def variables() -> dict[str, Path | str]:
         "LLAMA_CPP_PYTHON_VERSION": LLAMA_CPP_PYTHON_VERSION,
         "PROFINFER_CACHE": CACHE,
         "LLAMA_DIR": LLAMA_DIR,
+        "BINDINGS": BINDINGS,
         "MODELS": MODELS,
         "LLAMA_CMAKE_FLAGS": " ".join(VERSIONS[LLAMA_CPP_PYTHON_VERSION].cmake_flags),
         "LLAMA_OLD_VERSION": OLD_VERSION,

@@ -4,7 +4,8 @@
 #   2. what BCC needs at run time: the headers link for the running kernel, tracefs
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared and static builds, and an
-#      older version's shared build for the version matrix (cached)
+#      older version's shared build for the version matrix (cached); the sdist's wheel in a
+#      venv of its own (llama.cpp loaded by Python)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
 #   6. trace_processor: the perfetto API's pinned binary, where a network allows (cached)
 # Slow steps are cached under $PROFINFER_CACHE (see scripts/assets.py).
@@ -14,7 +15,7 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # 1. Debian packages (only when one is missing).
 packages=(bpfcc-tools python3-bpfcc python3-venv linux-headers-amd64 bpftrace binutils
-          cmake g++ make libgomp1 ca-certificates)
+          cmake g++ make libgomp1 ca-certificates numactl)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -85,6 +86,23 @@ build_llama "$LLAMA_DIR" static OFF "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" llama-comp
 fetch_llama "$LLAMA_OLD_VERSION" "$LLAMA_OLD_DIR"
 build_llama "$LLAMA_OLD_DIR" shared ON "$LLAMA_OLD_CMAKE_FLAGS" 19 2 \
     "$LLAMA_OLD_TOOL" llama-bench
+
+# 4b. llama-cpp-python's wheel from the same sdist, in a venv of its own: llama.cpp as Python
+#     programs load it (ctypes dlopen), for the tests of `record -- python ...`.
+if [ ! -x "$BINDINGS/bin/python" ] || [ ! -f "$BINDINGS/.complete" ]; then
+    wheels="$PROFINFER_CACHE/wheels"
+    if ! ls "$wheels"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl >/dev/null 2>&1; then
+        log "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's wheel; takes minutes, once"
+        CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/python -m pip wheel -q --no-deps \
+            --no-binary llama-cpp-python -w "$wheels" \
+            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" >"$wheels.log" 2>&1 \
+            || { tail -n 20 "$wheels.log"; exit 1; }
+    fi
+    /usr/bin/python3 -m venv "$BINDINGS"
+    "$BINDINGS/bin/python" -m pip install -q --disable-pip-version-check \
+        "$wheels"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION"-*.whl
+    touch "$BINDINGS/.complete"
+fi
 
 # 5. Models.
 mkdir -p "$MODELS"

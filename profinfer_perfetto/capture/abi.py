@@ -21,13 +21,17 @@ from profinfer_perfetto.capture.events import (
     NODE,
     OP_SHARES,
     SRC,
+    STOP,
     Kind,
     Ring,
+    StopReason,
     TokenEntry,
 )
 
 STRUCTS: Mapping[str, np.dtype] = {"event": EVENT, "src": SRC, "node": NODE, "op_stats": OP_SHARES}
-"""C struct name -> the dtype that reads it."""
+"""C struct name -> the dtype that reads it (probes/ggml.bpf.c)."""
+WATCH_STRUCTS: Mapping[str, np.dtype] = {"stop": STOP}
+"""The same, for probes/watch.bpf.c."""
 
 
 def constants() -> dict[str, int]:
@@ -36,6 +40,7 @@ def constants() -> dict[str, int]:
         **{f"EV_{kind.name}": kind.value for kind in Kind},
         **{f"TOKEN_{entry.name}": entry.value for entry in TokenEntry},
         **{f"RING_{ring.name}": ring.value for ring in Ring},
+        **{f"STOP_{reason.name}": reason.value for reason in StopReason},
         "N_RINGS": len(Ring),
         "N_SRC": N_SRC,
         "MAX_COUNTERS": MAX_COUNTERS,

@@ -97,6 +97,18 @@ OP_SHARES = np.dtype(
 )
 """What --aggregate sums per tensor in BPF (struct op_stats, the value of the op_stats map)."""
 
+class StopReason(IntEnum):
+    """Why a process of a launched command was stopped (probes/watch.bpf.c)."""
+
+    EXEC = 1
+    """It ran execve: its new program is mapped (with its loader), nothing of it has run."""
+    LOADER = 2
+    """Its dynamic loader called _dl_debug_state: objects were mapped or are about to be."""
+
+
+STOP = np.dtype([("tgid", "<u4"), ("reason", "<u4")])
+"""A process of the launched command that the watch program stopped (struct stop)."""
+
 OP_STATS = np.dtype([("node", "<u8"), *OP_SHARES.descr])
 """One row per tensor: its pointer (the map's key), then its summed shares."""
 

@@ -28,12 +28,12 @@ class RingSizes:
     node_pages: int = 4096
 
 
-def probe_source() -> str:
-    """The BPF C source shipped with the package (or beside it, in a source checkout)."""
-    packaged = resources.files("profinfer_perfetto").joinpath("probes/ggml.bpf.c")
+def probe_source(name: str = "ggml.bpf.c") -> str:
+    """A BPF C source shipped with the package (or beside it, in a source checkout)."""
+    packaged = resources.files("profinfer_perfetto").joinpath(f"probes/{name}")
     if packaged.is_file():
         return packaged.read_text()
-    return (Path(__file__).resolve().parents[2] / "probes" / "ggml.bpf.c").read_text()
+    return (Path(__file__).resolve().parents[2] / "probes" / name).read_text()
 
 
 def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, selection: Selection,

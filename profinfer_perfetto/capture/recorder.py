@@ -20,15 +20,19 @@ from types import FrameType
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.events import EVENT, NODE
+from profinfer_perfetto.capture.events import EVENT, NODE, StopReason
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
-from profinfer_perfetto.capture.target import ProbePlan
+from profinfer_perfetto.capture.target import Probe, ProbePlan
+from profinfer_perfetto.capture.watch import Watcher, loader_probe, resume
 from profinfer_perfetto.errors import ProfinferError
 
 DRAIN_INTERVAL_S = 0.1
+RUNTIME_WAIT_S = 30.0
+"""Without --duration: how long a followed command has to load the ggml runtime."""
+WATCH_POLL_S = 0.05
 STEER_WAIT_S = 0.2
 """--detach: the longest the steering thread sleeps before it looks whether to stop."""
 OP_PROBES = frozenset({"op_begin", "fused_op_begin", "barrier_enter"})
@@ -83,10 +87,13 @@ class RecordRequest:
     selection: Selection = field(default_factory=Selection)
 
 
-def plan(request: RecordRequest) -> ProbePlan:
+def plan(request: RecordRequest) -> ProbePlan | None:
+    """Where the probes go, from the target's files; None for a command whose own files do not
+    hold the ggml runtime (it is found when the command runs: `record` follows it)."""
     extra = list(request.libs)
     if request.command:
-        return target.plan_probes(target.objects_of_command(request.command, extra))
+        objects = target.objects_of_command(request.command, extra)
+        return target.plan_probes(objects) if target.runtime_in(objects) else None
     if request.pid is None:
         raise ProfinferError("give a command to run or --pid of a running process")
     return target.plan_probes(target.objects_of_process(request.pid, extra))
@@ -149,129 +156,232 @@ def _launch_paused(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
     return proc, write_fd
 
 
+class _Launched:
+    """A launched command, held before its exec until `release`."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.proc, self._go = _launch_paused(command)
+
+    def release(self) -> None:
+        os.write(self._go, b"g")
+        os.close(self._go)
+
+    def ended(self) -> str | None:
+        """How the command ended, or None while it runs."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        if code < 0:
+            return f"target killed by {signal.Signals(-code).name}"
+        return "complete" if code == 0 else f"target exited with code {code}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def _runtime_of(watcher: Watcher, tgid: int, reason: int,
+                extra: list[Path]) -> ProbePlan | None:
+    """The probe plan for a stopped process of the tree, if it has mapped the runtime."""
+    try:
+        objects = target.objects_of_process(tgid, [])
+    except ProfinferError:  # it is gone already
+        return None
+    if reason == StopReason.EXEC:
+        loader = target.loader_in(objects)
+        if loader is not None:
+            watcher.watch_loader(loader_probe(loader))
+    if not target.runtime_in(objects):
+        return None
+    try:
+        return target.plan_probes(objects + extra)
+    except ProfinferError:
+        os.kill(tgid, signal.SIGKILL)
+        raise
+
+
+def _await_runtime(launched: _Launched, request: RecordRequest) -> tuple[int, ProbePlan]:
+    """Release the command and follow its processes until one maps the ggml runtime; that
+    process is returned stopped, before any of the runtime's code ran."""
+    wait_s = request.duration_s or RUNTIME_WAIT_S
+    deadline = time.monotonic() + wait_s
+    name = Path(launched.command[0]).name
+    with Watcher(launched.proc.pid) as watcher:
+        launched.release()
+        while True:
+            for tgid, reason in watcher.stops(WATCH_POLL_S).tolist():
+                found = _runtime_of(watcher, tgid, reason, list(request.libs))
+                if found is not None:
+                    return tgid, found
+                resume(tgid)
+            ended = launched.ended()
+            if ended is not None:
+                raise ProfinferError(f"{name} ended ({ended}) without loading the ggml runtime: "
+                                     "is it a llama.cpp (ggml) program?")
+            if time.monotonic() > deadline:
+                raise ProfinferError(f"{name} did not load the ggml runtime in its first "
+                                     f"{wait_s:g} s (use --duration to wait longer)")
+
+
 def record(
     request: RecordRequest,
-    probe_plan: ProbePlan,
+    probe_plan: ProbePlan | None,
     on_attached: Callable[[int], None] | None = None,
 ) -> Recording:
     """Capture until the target ends, the duration passes or the recorder gets SIGINT/SIGTERM.
 
-    `on_attached(pid)` runs once the probes are in place, before a launched target starts.
+    With no `probe_plan` (the runtime is not among the command's own files: a wrapper, an
+    interpreter, a dlopened backend) the command is followed until one of its processes maps
+    the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
+    place, before the target runs on.
     """
     require_root()
-    selection = request.selection
-    traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
-    text = program_text(probe_plan.ggml, list(request.counters), request.rings, selection,
-                        probe_plan.sees_graph_builds)
-    event_chunks: list[np.ndarray] = []
-    node_chunks: list[np.ndarray] = []
-    op_stats: list[tuple[int, np.ndarray]] = []
-    threads: dict[int, str] = {}
-    with ProbeSession(text, list(request.counters), request.rings, traced_ops,
-                      steered=selection.detach) as session, \
-            _Stop() as stop:
-        proc: subprocess.Popen[bytes] | None = None
-        if request.command:
-            proc, go = _launch_paused(request.command)
-            pid = proc.pid
-        else:
+    launched = _Launched(request.command) if request.command else None
+    watched = launched is not None and probe_plan is None
+    try:
+        if probe_plan is None:
+            assert launched is not None, "plan() plans a running process from its memory map"
+            pid, probe_plan = _await_runtime(launched, request)
+        elif launched is None:
             assert request.pid is not None
             pid = request.pid
             if not target.is_alive(pid):
                 raise ProfinferError(f"no process with PID {pid}")
-        dynamic = selection.detach
-        probes = tuple(p for p in probe_plan.probes
-                       if selection.barriers or p.fn != "barrier_enter")
-        op_probes = tuple(p for p in probes if p.fn in OP_PROBES)
+        else:
+            pid = launched.proc.pid
+        session = _session(request, probe_plan)
+    except BaseException:
+        if launched is not None:
+            launched.kill()
+        raise
+    with session, _Stop() as stop:
         try:
-            session.attach(tuple(p for p in probes if not (dynamic and p.fn in OP_PROBES)), pid)
-            if selection.gated and not dynamic:
-                session.arm(True)
+            _attach(session, request.selection, probe_plan, pid)
         except ProfinferError:
-            if proc is not None:
-                proc.kill()
-                proc.wait()
+            if launched is not None:
+                if watched:
+                    os.kill(pid, signal.SIGKILL)
+                launched.kill()
             raise
-        begin = boot_ns()
-        cpu_at_begin = time.process_time()
         if on_attached is not None:
             on_attached(pid)
-        if proc is not None:
-            os.write(go, b"g")
-            os.close(go)
-        if request.command:
-            process_name, cmdline = Path(request.command[0]).name, list(request.command)
-        else:
-            process_name, cmdline = target.process_name(pid), target.process_cmdline(pid)
-        deadline = None if request.duration_s is None else time.monotonic() + request.duration_s
-        status = "complete"
+        if watched:
+            resume(pid)
+        elif launched is not None:
+            launched.release()
+        return _capture(session, request, probe_plan, pid, launched, stop,
+                        named=launched is not None and not watched)
 
-        def drain() -> None:
-            events, nodes = session.read()
-            if events.size:
-                event_chunks.append(events)
-                for tid in np.unique(events["tid"]).tolist():
-                    if tid not in threads:
-                        threads[tid] = target.thread_name(pid, tid) or process_name
-            if nodes.size:
-                node_chunks.append(nodes)
-            if selection.aggregate:
-                op_stats.append((boot_ns(), session.op_stats()))
 
-        steering = threading.Event()
+def _session(request: RecordRequest, probe_plan: ProbePlan) -> ProbeSession:
+    selection = request.selection
+    traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
+    text = program_text(probe_plan.ggml, list(request.counters), request.rings, selection,
+                        probe_plan.sees_graph_builds)
+    return ProbeSession(text, list(request.counters), request.rings, traced_ops,
+                        steered=selection.detach)
 
-        def steer() -> None:
-            """With --detach: op probes attached only while a chosen step runs or is next.
 
-            Runs in its own thread, asleep until the probes ask for a change (or the capture
-            ends): detaching uprobes waits for the kernel (0.7-0.9 s on Linux 6.18),
-            so chosen steps closer than that can be missed.
-            """
-            while not steering.is_set():
-                session.wait_for_steer(STEER_WAIT_S)
-                step, armed = session.gate()
-                want = selection.selected(step) or (step > 0 and selection.selected(step - 1))
-                if want and not armed:
-                    session.attach(op_probes, pid)
-                    session.arm(True)
-                elif armed and not want:
-                    session.arm(False)
-                    session.detach(op_probes)
+def _attach(session: ProbeSession, selection: Selection, probe_plan: ProbePlan,
+            pid: int) -> None:
+    """The probes the selection wants from the start (with --detach, the op probes come
+    later)."""
+    probes = _probes(selection, probe_plan)
+    session.attach(tuple(p for p in probes
+                         if not (selection.detach and p.fn in OP_PROBES)), pid)
+    if selection.gated and not selection.detach:
+        session.arm(True)
 
-        steerer = threading.Thread(target=steer, daemon=True)
-        if dynamic:
-            steerer.start()
-        while True:
-            time.sleep(DRAIN_INTERVAL_S)
-            drain()
-            if proc is not None and proc.poll() is not None:
-                if proc.returncode < 0:
-                    status = f"target killed by {signal.Signals(-proc.returncode).name}"
-                elif proc.returncode > 0:
-                    status = f"target exited with code {proc.returncode}"
-                break
-            if proc is None and not target.is_alive(pid):
-                break
-            if stop.signal is not None:
-                status = f"recorder stopped by {signal.Signals(stop.signal).name}"
-                if proc is not None:
-                    proc.send_signal(stop.signal)
-                    proc.wait()
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                status = "complete" if proc is None else "duration reached"
-                if proc is not None:
-                    proc.terminate()
-                    proc.wait()
-                break
-        steering.set()
-        if dynamic:
-            steerer.join()
+
+def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
+    return tuple(p for p in probe_plan.probes if selection.barriers or p.fn != "barrier_enter")
+
+
+def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePlan, pid: int,
+             launched: _Launched | None, stop: _Stop, named: bool) -> Recording:
+    """Drain the rings until the target ends; `named`: the target is the command itself (it has
+    not run yet, so its name is the command's), not a process found by following it."""
+    selection = request.selection
+    event_chunks: list[np.ndarray] = []
+    node_chunks: list[np.ndarray] = []
+    op_stats: list[tuple[int, np.ndarray]] = []
+    threads: dict[int, str] = {}
+    begin = boot_ns()
+    cpu_at_begin = time.process_time()
+    if named and launched is not None:
+        process_name, cmdline = Path(launched.command[0]).name, list(launched.command)
+    else:
+        cmdline = target.process_cmdline(pid)
+        process_name = Path(cmdline[0]).name if cmdline else target.process_name(pid)
+    deadline = None if request.duration_s is None else time.monotonic() + request.duration_s
+    status = "complete"
+
+    def drain() -> None:
+        events, nodes = session.read()
+        if events.size:
+            event_chunks.append(events)
+            for tid in np.unique(events["tid"]).tolist():
+                if tid not in threads:
+                    threads[tid] = target.thread_name(pid, tid) or process_name
+        if nodes.size:
+            node_chunks.append(nodes)
+        if selection.aggregate:
+            op_stats.append((boot_ns(), session.op_stats()))
+
+    steering = threading.Event()
+    op_probes = tuple(p for p in _probes(selection, probe_plan) if p.fn in OP_PROBES)
+
+    def steer() -> None:
+        """With --detach: op probes attached only while a chosen step runs or is next.
+
+        Runs in its own thread, asleep until the probes ask for a change (or the capture
+        ends): detaching uprobes waits for the kernel (0.7-0.9 s on Linux 6.18),
+        so chosen steps closer than that can be missed.
+        """
+        while not steering.is_set():
+            session.wait_for_steer(STEER_WAIT_S)
+            step, armed = session.gate()
+            want = selection.selected(step) or (step > 0 and selection.selected(step - 1))
+            if want and not armed:
+                session.attach(op_probes, pid)
+                session.arm(True)
+            elif armed and not want:
+                session.arm(False)
+                session.detach(op_probes)
+
+    steerer = threading.Thread(target=steer, daemon=True)
+    if selection.detach:
+        steerer.start()
+    proc = None if launched is None else launched.proc
+    while True:
+        time.sleep(DRAIN_INTERVAL_S)
         drain()
-        end = boot_ns()
-        recorder_cpu = time.process_time() - cpu_at_begin
-        lost_events, lost_nodes = session.lost()
-        probe_costs = session.costs()
+        if launched is not None and (ended := launched.ended()) is not None:
+            status = ended
+            break
+        if launched is None and not target.is_alive(pid):
+            break
+        if stop.signal is not None:
+            status = f"recorder stopped by {signal.Signals(stop.signal).name}"
+            if proc is not None:
+                proc.send_signal(stop.signal)
+                proc.wait()
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            status = "complete" if proc is None else "duration reached"
+            if proc is not None:
+                proc.terminate()
+                proc.wait()
+            break
+    steering.set()
+    if selection.detach:
+        steerer.join()
+    drain()
+    end = boot_ns()
+    recorder_cpu = time.process_time() - cpu_at_begin
+    lost_events, lost_nodes = session.lost()
     run = Run(
         ggml=probe_plan.ggml,
         pid=pid,
@@ -288,7 +398,7 @@ def record(
             "--no-barriers: an op lasts until its thread's next op, barrier wait included"]),
         recorder_cpu_s=round(recorder_cpu, 3),
         aggregate=selection.aggregate,
-        probe_costs=probe_costs,
+        probe_costs=session.costs(),
     )
     return Recording(
         events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),

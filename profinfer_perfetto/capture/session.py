@@ -29,7 +29,7 @@ from profinfer_perfetto.capture.target import Probe
 from profinfer_perfetto.errors import ProfinferError
 
 
-def _import_bcc() -> Any:
+def import_bcc() -> Any:
     try:
         import bcc
     except ImportError:
@@ -40,19 +40,37 @@ def _import_bcc() -> Any:
     return bcc
 
 
-def _attach_uprobe_fn(lib: ctypes.CDLL) -> Any:
-    fn = lib.bpf_attach_uprobe
-    fn.restype = ctypes.c_int
-    fn.argtypes = [
-        ctypes.c_int,  # prog fd
-        ctypes.c_int,  # attach type: 0 entry, 1 return
-        ctypes.c_char_p,  # event name
-        ctypes.c_char_p,  # binary path
-        ctypes.c_uint64,  # file offset
-        ctypes.c_int,  # pid, -1 for all
-        ctypes.c_uint32,  # ref_ctr_offset
-    ]
-    return fn
+class UprobeAttacher:
+    """Attaches a program's uprobes through libbcc's seven-argument bpf_attach_uprobe."""
+
+    def __init__(self) -> None:
+        fn = ctypes.CDLL("libbcc.so.0").bpf_attach_uprobe
+        fn.restype = ctypes.c_int
+        fn.argtypes = [
+            ctypes.c_int,  # prog fd
+            ctypes.c_int,  # attach type: 0 entry, 1 return
+            ctypes.c_char_p,  # event name
+            ctypes.c_char_p,  # binary path
+            ctypes.c_uint64,  # file offset
+            ctypes.c_int,  # pid, -1 for all
+            ctypes.c_uint32,  # ref_ctr_offset
+        ]
+        self._fn = fn
+
+    def __call__(self, bpf: Any, probe: Probe, pid: int) -> bytes:
+        """Attach `probe` for process `pid` (-1: every process); returns its event name, under
+        which BCC's own cleanup detaches it too."""
+        prog = bpf.load_func(probe.fn.encode(), bpf.KPROBE)
+        name = b"pi_%s_%d_%x_%d" % (probe.fn.encode(), pid, probe.offset, probe.ret)
+        fd = self._fn(prog.fd, int(probe.ret), name, str(probe.path).encode(), probe.offset, pid,
+                      0)
+        if fd < 0:
+            raise ProfinferError(
+                f"cannot attach a uprobe to {probe.where} in {probe.path}: "
+                f"{os.strerror(ctypes.get_errno() or 22)}"
+            )
+        bpf._add_uprobe_fd(name, fd)
+        return name
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,7 @@ class ProbeSession:
 
     def __init__(self, text: str, counters: list[str], rings: RingSizes,
                  traced_ops: list[int] | None = None, steered: bool = False) -> None:
-        bcc = _import_bcc()
+        bcc = import_bcc()
         configs = opened_configs(counters)
         try:
             self._bpf = bcc.BPF(text=text.encode())
@@ -93,27 +111,14 @@ class ProbeSession:
             table = self._bpf[b"op_traced"]
             for op in traced_ops:
                 table[table.Key(op)] = table.Leaf(1)
-        libbcc = ctypes.CDLL("libbcc.so.0")
-        self._attach = _attach_uprobe_fn(libbcc)
-        self._close_perf_event = libbcc.bpf_close_perf_event_fd
+        self._attach = UprobeAttacher()
+        self._close_perf_event = ctypes.CDLL("libbcc.so.0").bpf_close_perf_event_fd
         self._attached: dict[Probe, bytes] = {}
         self._stats_fd = enable_run_time_stats()
 
     def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
         for probe in probes:
-            fn = self._bpf.load_func(probe.fn.encode(), self._bpf.KPROBE)
-            ev_name = b"pi_%s_%d_%x_%d" % (probe.fn.encode(), pid, probe.offset, probe.ret)
-            fd = self._attach(
-                fn.fd, int(probe.ret), ev_name, str(probe.path).encode(), probe.offset, pid, 0
-            )
-            if fd < 0:
-                raise ProfinferError(
-                    f"cannot attach a uprobe to {probe.where} in {probe.path}: "
-                    f"{os.strerror(ctypes.get_errno() or 22)}"
-                )
-            # BCC's own bookkeeping, so that its cleanup detaches these probes too.
-            self._bpf._add_uprobe_fd(ev_name, fd)
-            self._attached[probe] = ev_name
+            self._attached[probe] = self._attach(self._bpf, probe, pid)
 
     def detach(self, probes: tuple[Probe, ...]) -> None:
         """Remove probes, all at once: removing one waits for the kernel (Linux 6.18: 0.7-0.9 s

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from profinfer_perfetto.capture.elf import ElfFile
@@ -29,6 +30,8 @@ GRAPH_SYMBOL = "ggml_graph_compute"
 ALLOC_SYMBOL = "ggml_gallocr_alloc_graph"
 """Allocates a graph that was (re)built; llama.cpp does not call it for a graph it reuses."""
 BARRIER_SYMBOLS = ("ggml_barrier", "GOMP_barrier")
+LOADER_SYMBOL = "_dl_debug_state"
+"""The dynamic loader's hook for debuggers, called around every change to the objects mapped."""
 TOKEN_SYMBOLS = {"llama_decode": "decode_begin", "llama_encode": "encode_begin",
                  "llama_process": "process_begin"}
 
@@ -100,6 +103,25 @@ def objects_of_process(pid: int, extra: list[Path]) -> list[Path]:
             if path not in paths:
                 paths.append(path)
     return paths + extra
+
+
+@cache
+def _symbols(path: Path) -> frozenset[str]:
+    """The symbols a mapped file defines (none if it is no ELF file we can read); read once."""
+    try:
+        return frozenset(ElfFile(path).symbols)
+    except (OSError, ValueError, ProfinferError):
+        return frozenset()
+
+
+def runtime_in(objects: list[Path]) -> bool:
+    """Whether the ggml CPU runtime's op entry is among these files."""
+    return any({OP_SYMBOL, LOCAL_OP_SYMBOL} & _symbols(p) for p in objects)
+
+
+def loader_in(objects: list[Path]) -> Path | None:
+    """The dynamic loader among a process's files (none for a static executable)."""
+    return next((p for p in objects if LOADER_SYMBOL in _symbols(p)), None)
 
 
 def _defining(files: list[ElfFile], symbol: str) -> ElfFile | None:

@@ -14,6 +14,7 @@ from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, req
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
@@ -29,6 +30,11 @@ class RecordCommand:
     def run(self) -> int:
         probe_plan = plan(self.request)
         if self.ebpf:
+            if probe_plan is None:
+                raise ProfinferError(
+                    "the ggml runtime is not among the command's own files (a wrapper, an "
+                    "interpreter or a dlopened backend loads it when it runs): give --lib with "
+                    "the library that defines the ops to print the program for it")
             request = self.request
             text = program_text(probe_plan.ggml, list(request.counters), request.rings,
                                 request.selection, probe_plan.sees_graph_builds)

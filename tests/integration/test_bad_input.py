@@ -31,7 +31,6 @@ def test_not_root(cli: Cli, llama: Callable[..., Path], model: Callable[[str], P
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--", "/bin/true"], "ggml_cpu_extra_compute_forward is not defined in /usr/bin/true"),
         (["--", "no-such-llama"], "command not found: no-such-llama"),
         (["--pid", "999999999"], "no process with PID 999999999"),
         (["--counter", "bogus", "--", "/bin/true"], "unknown counter 'bogus'"),
@@ -39,6 +38,25 @@ def test_not_root(cli: Cli, llama: Callable[..., Path], model: Callable[[str], P
     ],
 )
 def test_bad_target(cli: Cli, tmp_path: Path, args: list[str], expected: str) -> None:
+    out = tmp_path / "x.pftrace"
+    result = cli("record", "-o", out, *args)
+    assert result.returncode == 2
+    _one_sentence(result.stderr, expected)
+    assert not out.exists()
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--", "/bin/true"], "true ended (complete) without loading the ggml runtime"),
+        (["--", "sh", "-c", "exit 3"], "sh ended (target exited with code 3) without loading"),
+        (["--duration", "1", "--", "sleep", "60"],
+         "sleep did not load the ggml runtime in its first 1 s"),
+    ],
+)
+def test_a_command_that_never_loads_ggml(cli: Cli, tmp_path: Path, args: list[str],
+                                         expected: str) -> None:
     out = tmp_path / "x.pftrace"
     result = cli("record", "-o", out, *args)
     assert result.returncode == 2

@@ -1,0 +1,51 @@
+// The watch program: follows a launched command's processes until one maps the ggml runtime.
+//
+// Every process forked by a process of the tree joins it. A process of the tree is stopped
+// (SIGSTOP, from the probe itself, so it is stopped before it runs another instruction of its
+// own) when it executes a new program and whenever its dynamic loader reports a change to its
+// objects (_dl_debug_state: once before a dlopen maps, once after, and once after the startup
+// libraries are mapped, before any of their initializers run). User space then reads the
+// process's memory map, attaches the op probes if the runtime is there, and resumes it: the
+// probes are in place before the runtime's first instruction, however it was loaded.
+//
+// Defined by user space (capture/abi.py): STOP_* reasons, struct layout checks.
+
+#include <uapi/linux/ptrace.h>
+
+#define SIGSTOP 19
+
+struct stop {
+    u32 tgid;
+    u32 reason;
+};
+
+BPF_HASH(tree, u32, u8, 65536);  // process ids of the tree (threads' ids may join: harmless)
+BPF_RINGBUF_OUTPUT(stops, 1);
+
+TRACEPOINT_PROBE(sched, sched_process_fork) {
+    u32 parent = bpf_get_current_pid_tgid() >> 32;
+    if (!tree.lookup(&parent))
+        return 0;
+    u32 child = args->child_pid;
+    u8 one = 1;
+    tree.update(&child, &one);
+    return 0;
+}
+
+static __always_inline int stop_here(u32 reason) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!tree.lookup(&tgid))
+        return 0;
+    struct stop s = {.tgid = tgid, .reason = reason};
+    if (stops.ringbuf_output(&s, sizeof(s), BPF_RB_FORCE_WAKEUP) == 0)
+        bpf_send_signal(SIGSTOP);  // only when user space will hear of it (and resume it)
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exec) {
+    return stop_here(STOP_EXEC);
+}
+
+int loader_state(struct pt_regs *ctx) {
+    return stop_here(STOP_LOADER);
+}

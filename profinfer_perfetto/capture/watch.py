@@ -1,0 +1,99 @@
+"""Follow a launched command until one of its processes maps the ggml runtime.
+
+A wrapper (`taskset`, `numactl`, `env`, `nice`, a shell script), an interpreter that loads
+llama.cpp through its bindings, or a build that dlopens its CPU backend: none of them shows the
+runtime in the files the command names. The watch program (probes/watch.bpf.c) stops each
+process of the command's tree when it executes a program and whenever its dynamic loader maps
+objects, before any of their code runs; `Watcher.stops` hands each stop to the recorder, which
+reads the process's memory map, and either attaches the op probes there or resumes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from profinfer_perfetto.capture import abi
+from profinfer_perfetto.capture.elf import ElfFile
+from profinfer_perfetto.capture.events import STOP
+from profinfer_perfetto.capture.program import probe_source
+from profinfer_perfetto.capture.ringbuf import RingReader
+from profinfer_perfetto.capture.session import UprobeAttacher, import_bcc
+from profinfer_perfetto.capture.target import LOADER_SYMBOL, Probe
+from profinfer_perfetto.errors import ProfinferError
+
+DRAIN_AFTER_CLOSE_S = 0.005
+"""After the tree is emptied, how long a probe that already chose to stop a process has to say
+so (a few instructions' worth, with room to spare)."""
+
+
+def watch_text() -> str:
+    """The exact watch program BCC compiles."""
+    return abi.header() + probe_source("watch.bpf.c") + abi.layout_checks(abi.WATCH_STRUCTS)
+
+
+class Watcher:
+    """The watch program, loaded, following the process tree rooted at `root`."""
+
+    def __init__(self, root: int) -> None:
+        bcc = import_bcc()
+        try:
+            self._bpf = bcc.BPF(text=watch_text().encode())
+        except Exception as exc:
+            raise ProfinferError(f"the BPF watch program did not load: {exc}") from exc
+        self._tree = self._bpf[b"tree"]
+        self._tree[self._tree.Key(root)] = self._tree.Leaf(1)
+        fd = self._bpf[b"stops"].map_fd
+        self._ring = RingReader(fd, os.sysconf("SC_PAGE_SIZE"), STOP)
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+        self._attach = UprobeAttacher()
+        self._loaders: set[tuple[int, int]] = set()
+
+    def watch_loader(self, probe: Probe) -> None:
+        """Stop the tree's processes at this dynamic loader's reports (once per loader file)."""
+        st = probe.path.stat()
+        if (st.st_dev, st.st_ino) in self._loaders:
+            return
+        self._attach(self._bpf, probe, -1)
+        self._loaders.add((st.st_dev, st.st_ino))
+
+    def stops(self, timeout_s: float) -> np.ndarray:
+        """The stops since the last call (STOP records), waiting up to `timeout_s` for one."""
+        self._poll.poll(timeout_s * 1000)
+        return self._ring.read()
+
+    def close(self) -> None:
+        """Stop following the tree, and resume every process still stopped for us."""
+        self._tree.clear()
+        time.sleep(DRAIN_AFTER_CLOSE_S)
+        for tgid in self._ring.read()["tgid"].tolist():
+            resume(tgid)
+        self._ring.close()
+        self._bpf.cleanup()
+
+    def __enter__(self) -> Watcher:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def resume(tgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(tgid, signal.SIGCONT)
+
+
+def loader_probe(path: Path) -> Probe:
+    """The uprobe on a dynamic loader's _dl_debug_state."""
+    f = ElfFile(path)
+    return Probe("loader_state", path, f.file_offset(f.symbols[LOADER_SYMBOL].vaddr),
+                 LOADER_SYMBOL)
