@@ -16,7 +16,9 @@
 -- carries the node's description (op, tensor, role, shapes, flops, bytes); the other threads'
 -- shares carry `node` alone (and their own counter counts), so a node is described once.
 -- profinfer_op and profinfer_node are views: their times are tables of numbers
--- (profinfer_op_times, profinfer_node_times; a node's `node_args` is the arg set describing it),
+-- (profinfer_op_times, profinfer_node_times; a node's `node_args` is the arg set describing it;
+-- barrier waits in profinfer_op_times and profinfer_node_wait, so that a metric of node times
+-- alone, like op_summary, never matches a million waits to their ops),
 -- their names and work come from the few pivoted arg sets (profinfer_slice_args), so no text is
 -- carried through a million rows. profinfer_op's arg_set_id is the slice's own (its counters).
 -- profinfer_node_by_dur holds each node's dur under its (phase, op, role) group number
@@ -98,25 +100,29 @@ SELECT parent_id, ts, dur FROM slice WHERE name = 'barrier wait';
 CREATE UNIQUE INDEX profinfer_wait_at ON profinfer_wait (parent_id, ts);
 
 CREATE VIEW profinfer_op_rows AS
-SELECT o.id AS slice_id, o.ts, o.dur, COALESCE(w.dur, 0) AS wait, o.track_id, gs.graph, a.node,
-       o.arg_set_id, CASE WHEN a.op IS NOT NULL THEN o.arg_set_id END AS node_args
+SELECT o.id AS slice_id, o.ts, o.dur, o.track_id, o.parent_id, gs.graph, a.node, o.arg_set_id,
+       CASE WHEN a.op IS NOT NULL THEN o.arg_set_id END AS node_args
 FROM (SELECT id, ts, dur, track_id, parent_id, arg_set_id FROM slice WHERE +arg_set_id IN
         (SELECT arg_set_id FROM profinfer_slice_args WHERE node IS NOT NULL)) o
 JOIN profinfer_slice_args a USING (arg_set_id)
-JOIN profinfer_graph_slice gs ON gs.slice_id = o.parent_id
-LEFT JOIN profinfer_wait w ON w.parent_id = o.parent_id AND w.ts = o.ts + o.dur;
+JOIN profinfer_graph_slice gs ON gs.slice_id = o.parent_id;
 
 CREATE TABLE profinfer_node_times AS
 SELECT graph, node, COUNT(*) AS threads, MIN(ts) AS ts, MAX(ts + dur) - MIN(ts) AS dur,
-       SUM(dur) AS work, MAX(dur) AS slowest, MIN(dur) AS fastest, SUM(wait) AS wait,
-       MAX(node_args) AS node_args
+       SUM(dur) AS work, MAX(dur) AS slowest, MIN(dur) AS fastest, MAX(node_args) AS node_args
 FROM profinfer_op_rows
 GROUP BY graph, node;
 CREATE UNIQUE INDEX profinfer_node_times_id ON profinfer_node_times (graph, node);
 
 CREATE TABLE profinfer_op_times AS
-SELECT o.slice_id, o.ts, o.dur, o.wait, t.tid, o.graph, o.node, o.arg_set_id
-FROM profinfer_op_rows o JOIN profinfer_thread_track t USING (track_id);
+SELECT o.slice_id, o.ts, o.dur, COALESCE(w.dur, 0) AS wait, t.tid, o.graph, o.node, o.arg_set_id
+FROM profinfer_op_rows o
+JOIN profinfer_thread_track t USING (track_id)
+LEFT JOIN profinfer_wait w ON w.parent_id = o.parent_id AND w.ts = o.ts + o.dur;
+
+CREATE TABLE profinfer_node_wait AS
+SELECT graph, node, SUM(wait) AS wait FROM profinfer_op_times GROUP BY graph, node;
+CREATE UNIQUE INDEX profinfer_node_wait_id ON profinfer_node_wait (graph, node);
 
 CREATE VIEW profinfer_op AS
 SELECT o.slice_id, o.ts, o.dur, o.wait, o.tid, o.graph, g.step, g.phase, o.node, a.op, a.subop,
@@ -128,8 +134,9 @@ JOIN profinfer_graph g USING (graph);
 
 CREATE VIEW profinfer_node AS
 SELECT n.graph, n.node, g.step, g.phase, a.op, a.role, a.layer, a.tensor, a.dtype, a.src0_dtype,
-       a.flops, a.bytes, n.threads, n.ts, n.dur, n.work, n.slowest, n.fastest, n.wait
+       a.flops, a.bytes, n.threads, n.ts, n.dur, n.work, n.slowest, n.fastest, w.wait
 FROM profinfer_node_times n
+JOIN profinfer_node_wait w USING (graph, node)
 JOIN profinfer_slice_args a ON a.arg_set_id = n.node_args
 JOIN profinfer_graph g USING (graph);
 
