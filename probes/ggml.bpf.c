@@ -8,7 +8,8 @@
 //
 // The probe ABI is defined in profinfer_perfetto/capture/events.py, not here: capture/abi.py
 // defines before this text the event kinds (EV_*), token entries (TOKEN_*), ring indices
-// (RING_*, N_RINGS), N_SRC (sources described per node), MAX_COUNTERS and HIST_BUCKETS, and
+// (RING_*, N_RINGS), N_SRC (sources described per node), MAX_COUNTERS, HIST_BUCKETS, the
+// llama_batch offsets (BATCH_N_TOKENS, BATCH_POS, BATCH_SEQ_ID) and BATCH_SCAN, and
 // checks after it, at compile time, that struct event, src, node and op_stats have the layout
 // of their numpy dtypes.
 //
@@ -472,7 +473,7 @@ int graph_end(struct pt_regs *ctx) {
     return returned(ctx, EV_GRAPH_END);
 }
 
-static __always_inline int token_begin(u32 entry, s64 n_tokens) {
+static __always_inline int token_begin(u32 entry, s64 n_tokens, u64 seqs) {
 #if GATED
     int zero = 0;
     struct gate *g = gate.lookup(&zero);
@@ -491,25 +492,62 @@ static __always_inline int token_begin(u32 entry, s64 n_tokens) {
     if (!e)
         return 0;
     e->arg0 = (u64)n_tokens;
+    e->arg1 = seqs;
     e->aux = entry;
     submit(e);
     return 0;
 }
 
-// llama_decode / llama_encode(ctx, struct llama_batch batch): batch.n_tokens is its first
-// field. The 56-byte struct is passed in memory: on the stack on x86-64, by reference on arm64.
-static __always_inline s64 batch_n_tokens(struct pt_regs *ctx) {
-    int n_tokens = -1;
+// llama_decode / llama_encode(ctx, struct llama_batch batch): the 56-byte struct is passed in
+// memory: on the stack on x86-64, by reference on arm64.
+static __always_inline const u8 *batch_at(struct pt_regs *ctx) {
 #if defined(__TARGET_ARCH_x86) || defined(__x86_64__)
-    bpf_probe_read_user(&n_tokens, 4, (void *)(PT_REGS_SP(ctx) + 8));
+    return (const u8 *)(PT_REGS_SP(ctx) + 8);
 #elif defined(__TARGET_ARCH_arm64) || defined(__aarch64__)
-    bpf_probe_read_user(&n_tokens, 4, (void *)PT_REGS_PARM2(ctx));
+    return (const u8 *)PT_REGS_PARM2(ctx);
+#else
+    return 0;
 #endif
-    return n_tokens;
 }
 
-int decode_begin(struct pt_regs *ctx) { return token_begin(TOKEN_DECODE, batch_n_tokens(ctx)); }
-int encode_begin(struct pt_regs *ctx) { return token_begin(TOKEN_ENCODE, batch_n_tokens(ctx)); }
+// What a batch says of its sequences, as a TOKEN_BEGIN's arg1: its first token's position in
+// the low 32 bits (-1 where the batch leaves positions to the KV cache), in the high 32 bits the
+// runs of one sequence id among its first BATCH_SCAN tokens (0 where it names no sequences: it
+// is sequence 0's). Tokens of one sequence are consecutive in the batches llama.cpp's tools
+// build, so runs are sequences.
+static __always_inline u64 batch_seqs(const u8 *batch, s64 n_tokens) {
+    u64 pos = 0, seq_ids = 0;
+    bpf_probe_read_user(&pos, 8, batch + BATCH_POS);
+    bpf_probe_read_user(&seq_ids, 8, batch + BATCH_SEQ_ID);
+    s32 first_pos = -1;
+    if (pos)
+        bpf_probe_read_user(&first_pos, 4, (void *)pos);
+    u32 runs = 0;
+    s32 last = -1;
+    for (int i = 0; i < BATCH_SCAN && seq_ids; i++) {
+        if (i >= n_tokens)
+            break;
+        u64 ids = 0;
+        s32 seq = -1;
+        bpf_probe_read_user(&ids, 8, (void *)(seq_ids + i * 8));
+        if (ids)
+            bpf_probe_read_user(&seq, 4, (void *)ids);
+        if (i == 0 || seq != last)
+            runs++;
+        last = seq;
+    }
+    return (u64)(u32)first_pos | ((u64)runs << 32);
+}
+
+static __always_inline int batch_begin(struct pt_regs *ctx, u32 entry) {
+    const u8 *batch = batch_at(ctx);
+    int n_tokens = -1;
+    bpf_probe_read_user(&n_tokens, 4, batch + BATCH_N_TOKENS);
+    return token_begin(entry, n_tokens, batch_seqs(batch, n_tokens));
+}
+
+int decode_begin(struct pt_regs *ctx) { return batch_begin(ctx, TOKEN_DECODE); }
+int encode_begin(struct pt_regs *ctx) { return batch_begin(ctx, TOKEN_ENCODE); }
 
 // llama_process(ctx, type, llama_batch_ext *batch): type 0 encodes, 1 decodes; the batch
 // holds a std::vector of BATCH_EXT_TOKEN_SIZE-byte tokens at BATCH_EXT_TOKENS.
@@ -518,7 +556,8 @@ int process_begin(struct pt_regs *ctx) {
     u64 tokens[2] = {0, 0};
     bpf_probe_read_user(tokens, sizeof(tokens), batch + BATCH_EXT_TOKENS);
     s64 n_tokens = (tokens[1] - tokens[0]) / BATCH_EXT_TOKEN_SIZE;
-    return token_begin(PT_REGS_PARM2(ctx) == 0 ? TOKEN_ENCODE : TOKEN_DECODE, n_tokens);
+    return token_begin(PT_REGS_PARM2(ctx) == 0 ? TOKEN_ENCODE : TOKEN_DECODE, n_tokens,
+                       (u32)-1);
 }
 
 int token_end(struct pt_regs *ctx) { return returned(ctx, EV_TOKEN_END); }

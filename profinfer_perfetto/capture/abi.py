@@ -14,8 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from profinfer_perfetto.capture.events import (
+    BATCH_SCAN,
     EVENT,
     HIST_BUCKETS,
+    LLAMA_BATCH,
     MAX_COUNTERS,
     N_SRC,
     NODE,
@@ -42,6 +44,8 @@ def constants() -> dict[str, int]:
         **{f"RING_{ring.name}": ring.value for ring in Ring},
         **{f"STOP_{reason.name}": reason.value for reason in StopReason},
         "N_RINGS": len(Ring),
+        **{f"BATCH_{field}": offset for field, offset in LLAMA_BATCH.items()},
+        "BATCH_SCAN": BATCH_SCAN,
         "N_SRC": N_SRC,
         "MAX_COUNTERS": MAX_COUNTERS,
         "HIST_BUCKETS": HIST_BUCKETS,

@@ -30,6 +30,15 @@ class Kind(IntEnum):
     """An op the --ops filter left out: it only ends the previous op's barrier wait."""
 
 
+BATCH_SCAN = 2048
+"""Tokens of a batch whose sequence ids the token probe reads (llama.cpp's default n_batch)."""
+LLAMA_BATCH = {"N_TOKENS": 0, "POS": 24, "SEQ_ID": 40}
+"""Offsets in llama.h's `struct llama_batch` (n_tokens, token, embd, pos, n_seq_id, seq_id,
+logits: the same since 2023)."""
+UNKNOWN_POS = 0xFFFFFFFF
+"""A TOKEN_BEGIN's arg1 low half when the batch leaves positions to the KV cache."""
+
+
 class TokenEntry(IntEnum):
     """Whether a token step decodes (llama_decode, llama_process DECODE) or encodes."""
 

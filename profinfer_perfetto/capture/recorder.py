@@ -61,6 +61,8 @@ class Run:
     """Ops were summed in BPF (--aggregate): see Recording.op_stats, there are no op events."""
     probe_costs: dict[str, ProbeCost] = field(default_factory=dict)
     """BPF program -> its runs and time in the kernel, when the kernel keeps BPF stats."""
+    from_start: bool = True
+    """The capture saw the process from its start (a launched command), not from --pid."""
 
     @property
     def complete(self) -> bool:
@@ -399,6 +401,7 @@ def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePla
         recorder_cpu_s=round(recorder_cpu, 3),
         aggregate=selection.aggregate,
         probe_costs=session.costs(),
+        from_start=launched is not None,
     )
     return Recording(
         events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),

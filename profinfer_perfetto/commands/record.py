@@ -17,7 +17,7 @@ from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
-from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
+from profinfer_perfetto.model.trace_model import PHASES, TraceModel, build, step_batches
 
 
 @dataclass
@@ -81,10 +81,10 @@ def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:
 
 def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
     tok = model.tokens
-    n_tokens = tok.arg0.astype(np.int64)
-    phases = [token_phase(int(n), int(e)) for n, e in zip(n_tokens, tok.aux, strict=True)]
-    by_phase = ", ".join(f"{phases.count(p)} {p}" for p in ("prefill", "decode", "encode")
-                         if p in phases)
+    batches = step_batches(model)
+    phases = [b.phase for b in batches]
+    n_tokens = np.array([b.n_tokens for b in batches], np.int64)
+    by_phase = ", ".join(f"{phases.count(p)} {p}" for p in PHASES if p in phases)
     threads = len(set(model.ops.tid.tolist()))
     size = output.stat().st_size
     lines = [

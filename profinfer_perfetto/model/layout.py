@@ -24,7 +24,7 @@ from profinfer_perfetto.model.names import (
     graph_slice,
     probe_args,
 )
-from profinfer_perfetto.model.trace_model import Ops, TraceModel, token_phase
+from profinfer_perfetto.model.trace_model import Ops, TraceModel, step_batches
 from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
@@ -259,17 +259,15 @@ class _LayoutBuilder:
 
     def token_steps(self, thread: dict[int, int]) -> None:
         tok = self.model.tokens
-        n_tokens = tok.arg0.astype(np.int64)
-        pos = np.cumsum(np.maximum(n_tokens, 0)) - np.maximum(n_tokens, 0)
         names, args = [], []
-        for i, (n, p, entry, complete) in enumerate(
-            zip(n_tokens.tolist(), pos.tolist(), tok.aux.tolist(), tok.complete.tolist(),
-                strict=True)
+        for i, (b, complete) in enumerate(
+            zip(step_batches(self.model), tok.complete.tolist(), strict=True)
         ):
-            phase = token_phase(n, entry)
-            names.append(self.strings(phase))
-            args.append(self.arg_set((("phase", phase), ("n_tokens", n), ("pos", p),
-                                      ("step", i), ("complete", complete))))
+            names.append(self.strings(b.phase))
+            args.append(self.arg_set((
+                ("phase", b.phase), ("n_tokens", b.n_tokens), ("sequences", b.sequences),
+                *([] if b.pos is None else [("pos", b.pos)]),
+                ("step", i), ("complete", complete))))
         tracks = [thread[t] for t in tok.tid.tolist()]
         self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profinfer_perfetto.capture.events import EVENT, Kind, TokenEntry
+from profinfer_perfetto.capture.events import EVENT, UNKNOWN_POS, Kind, TokenEntry
 from profinfer_perfetto.capture.recorder import Recording, Run
 from profinfer_perfetto.model.work import auto_named
 
@@ -336,9 +336,44 @@ def build(recording: Recording) -> TraceModel:
     )
 
 
-def token_phase(n_tokens: int, entry: int) -> str:
-    """How a token step is named: encode, prefill (a batch of tokens) or decode (one token)."""
+PHASES = ("prefill", "decode", "mixed", "encode")
+
+
+def token_phase(n_tokens: int, entry: int, sequences: int = 1) -> str:
+    """How a token step is named: encode; decode (one token of each sequence in the batch);
+    prefill (several tokens of one sequence); mixed (several sequences, not one token each: a
+    server's prompt beside another sequence's decode)."""
     if entry == TokenEntry.ENCODE:
         return "encode"
-    return "prefill" if n_tokens > 1 else "decode"
+    if n_tokens <= 1 or sequences == n_tokens:
+        return "decode"
+    return "prefill" if sequences <= 1 else "mixed"
 
+
+@dataclass(frozen=True)
+class StepBatch:
+    """What a token step's batch held."""
+
+    n_tokens: int
+    phase: str
+    sequences: int
+    """Sequences in the batch (runs of one sequence id in its first BATCH_SCAN tokens)."""
+    pos: int | None
+    """Its first token's position: from the batch, else (a batch that leaves positions to the
+    KV cache) the tokens decoded before it where the capture saw the process from its start;
+    None where it is not known (--pid)."""
+
+
+def step_batches(model: TraceModel) -> list[StepBatch]:
+    tok = model.tokens
+    n_tokens = tok.arg0.astype(np.int64)
+    counted = np.cumsum(np.maximum(n_tokens, 0)) - np.maximum(n_tokens, 0)
+    first_pos = (tok.arg1 & 0xFFFFFFFF).astype(np.int64)
+    sequences = np.maximum((tok.arg1 >> 32).astype(np.int64), 1)
+    steps = []
+    for n, entry, seqs, given, count in zip(n_tokens.tolist(), tok.aux.tolist(),
+                                            sequences.tolist(), first_pos.tolist(),
+                                            counted.tolist(), strict=True):
+        pos = given if given != UNKNOWN_POS else (count if model.run.from_start else None)
+        steps.append(StepBatch(n, token_phase(n, entry, seqs), seqs, pos))
+    return steps

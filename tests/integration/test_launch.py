@@ -27,7 +27,8 @@ BINDINGS_SCRIPT = """
 import sys
 from llama_cpp import Llama
 llm = Llama(model_path=sys.argv[1], n_threads=2, verbose=False, seed=1)
-print(llm(sys.argv[2], max_tokens=int(sys.argv[3]), temperature=0.0)["choices"][0]["text"])
+for _ in range(int(sys.argv[4])):
+    print(llm(sys.argv[2], max_tokens=int(sys.argv[3]), temperature=0.0)["choices"][0]["text"])
 """
 
 
@@ -108,8 +109,15 @@ def test_python_bindings(cli: Cli, tmp_path: Path) -> None:
     script.write_text(BINDINGS_SCRIPT)
     trace, pid, counts = record_counted(
         cli, tmp_path / "run.pftrace", lib,
-        [str(python), str(script), str(assets.model("tiny-llama")), PROMPT, str(TOKENS)])
+        [str(python), str(script), str(assets.model("tiny-llama")), PROMPT, str(TOKENS), "2"])
     check_one_process(trace, pid, counts)
+    # The bindings' batches carry positions: the second generation starts again at the
+    # prompt (its cached prefix skipped), not after every token decoded so far.
+    steps = [s.args for s in trace.slices if s.name in ("prefill", "decode")]
+    second = next(i for i in range(1, len(steps))
+                  if steps[i]["pos"] != steps[i - 1]["pos"] + steps[i - 1]["n_tokens"])
+    assert steps[second]["pos"] < sum(a["n_tokens"] for a in steps[:second])
+    assert all(a["sequences"] == 1 for a in steps)
 
 
 def test_another_llama_cpp_beside_it_is_not_recorded(cli: Cli, tmp_path: Path) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from profinfer_perfetto.model.trace_model import build, layer_of, token_phase
+from profinfer_perfetto.capture.events import UNKNOWN_POS, Kind
+from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
 from tests import synthetic
 
 
@@ -52,4 +54,19 @@ def test_names() -> None:
     assert layer_of("ffn_gate-17") == 17 and layer_of("embd") == -1
     assert token_phase(7, 0) == "prefill" and token_phase(1, 0) == "decode"
     assert token_phase(5, 1) == "encode"
+    # Several sequences: one token each is a decode step; any with more is mixed.
+    assert token_phase(2, 0, 2) == "decode" and token_phase(9, 0, 2) == "mixed"
+
+
+@pytest.mark.parametrize(("arg1", "from_start", "pos"), [
+    ((2 << 32) | 41, True, 41),  # the batch's own position wins
+    (UNKNOWN_POS, True, 0),  # else the tokens decoded since a launched run began
+    (UNKNOWN_POS, False, None),  # which --pid cannot know
+])
+def test_step_positions(arg1: int, from_start: bool, pos: int | None) -> None:
+    rec = synthetic.recording()
+    rec.events["arg1"][rec.events["kind"] == Kind.TOKEN_BEGIN] = arg1
+    rec.run.from_start = from_start
+    (step,) = step_batches(build(rec))
+    assert step.pos == pos and step.sequences == max(arg1 >> 32, 1)
     assert np.int64(np.uint64(2**64 - 1)) == -1  # n_tokens unknown is carried as -1

@@ -1,6 +1,8 @@
 -- kv_growth: attention op time against KV cache length, fitted per layer and overall.
 -- The paper: KV growth drives the dynamic ops KQ and KQV (FLASH_ATTN_EXT where fused).
--- Decode steps only; x = KV length after the step (pos + n_tokens), y = op instance time.
+-- Decode steps of one sequence only; x = KV length after the step (pos + n_tokens, the position
+-- from the batch, or counted from the start of a launched run; unknown, and left out, for a
+-- --pid capture of a batch without positions), y = op instance time.
 -- One row per (op, role) over all layers (layer empty), then per (op, role, layer).
 -- columns:
 --   op, role, layer
@@ -11,7 +13,7 @@
 WITH points AS (
   SELECT n.op, n.role, n.layer, 1.0 * s.kv_len AS x, 1.0 * n.dur AS y
   FROM profinfer_node n JOIN profinfer_step s USING (step)
-  WHERE n.phase = 'decode'
+  WHERE n.phase = 'decode' AND s.kv_len IS NOT NULL
     AND (n.op IN ('FLASH_ATTN_EXT', 'SOFT_MAX')
          OR n.role IN ('kq', 'kqv', 'kq_soft_max', 'kq_mask'))
 ),

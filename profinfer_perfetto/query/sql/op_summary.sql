@@ -2,7 +2,7 @@
 -- One row per (phase, op, role). An op instance is one graph node; its time runs from the
 -- first thread's start to the last thread's end of its share.
 -- columns:
---   phase      prefill, decode or encode
+--   phase      prefill, decode, mixed or encode (profinfer_step)
 --   op, role   the ggml op (RMS_NORM+MUL for a fused pair) and the tensor's role (ffn_gate, ...)
 --   count      op instances
 --   total_ns, mean_ns, p50_ns, p90_ns, max_ns   instance time (percentiles: nearest rank)

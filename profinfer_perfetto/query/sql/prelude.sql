@@ -4,7 +4,9 @@
 -- table is built once per trace, on either engine. Each statement here starts a table's section:
 -- a CREATE TABLE (or VIEW), then its indexes. Arg keys are `debug.` + the names in model/names.py.
 --
---   profinfer_step   one row per token step: step, phase, n_tokens, pos, kv_len, ts, dur
+--   profinfer_step   one row per token step: step, phase (prefill, decode, mixed, encode),
+--                    n_tokens, sequences (in its batch), pos (its first token's position, NULL
+--                    where unknown), kv_len (pos + n_tokens for a one-sequence batch), ts, dur
 --   profinfer_graph  one row per graph: graph, step, phase, backend, n_nodes, n_threads, ts, dur
 --   profinfer_op     one row per op slice (one thread's share of a node): ts, dur (work),
 --                    wait (its barrier wait), tid, graph, step, phase, node, op, subop,
@@ -55,18 +57,20 @@ SELECT
   MAX(CASE WHEN key = 'debug.step' THEN int_value END) AS step,
   MAX(CASE WHEN key = 'debug.phase' THEN string_value END) AS phase,
   MAX(CASE WHEN key = 'debug.n_tokens' THEN int_value END) AS n_tokens,
+  MAX(CASE WHEN key = 'debug.sequences' THEN int_value END) AS sequences,
   MAX(CASE WHEN key = 'debug.pos' THEN int_value END) AS pos
 FROM args
 WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.layer',
               'debug.node', 'debug.dtype', 'debug.src0_dtype', 'debug.flops', 'debug.bytes', 'debug.graph',
               'debug.backend', 'debug.token_step', 'debug.n_nodes', 'debug.n_threads',
-              'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.pos')
+              'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos')
 GROUP BY arg_set_id;
 
 CREATE INDEX profinfer_slice_args_id ON profinfer_slice_args (arg_set_id);
 
 CREATE TABLE profinfer_step AS
-SELECT a.step, a.phase, a.n_tokens, a.pos, a.pos + a.n_tokens AS kv_len, s.ts, s.dur,
+SELECT a.step, a.phase, a.n_tokens, COALESCE(a.sequences, 1) AS sequences, a.pos,
+       CASE WHEN COALESCE(a.sequences, 1) = 1 THEN a.pos + a.n_tokens END AS kv_len, s.ts, s.dur,
        s.id AS slice_id
 FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE +arg_set_id IN
         (SELECT arg_set_id FROM profinfer_slice_args
@@ -141,8 +145,10 @@ JOIN profinfer_slice_args a ON a.arg_set_id = n.node_args
 JOIN profinfer_graph g USING (graph);
 
 CREATE TABLE profinfer_phase_no AS
-SELECT graph, phase, CASE phase WHEN 'prefill' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS no
-FROM profinfer_graph WHERE phase IS NOT NULL;
+SELECT g.graph, g.phase, p.no
+FROM profinfer_graph g
+JOIN (SELECT phase, ROW_NUMBER() OVER (ORDER BY phase) AS no
+      FROM (SELECT DISTINCT phase FROM profinfer_graph WHERE phase IS NOT NULL)) p USING (phase);
 CREATE UNIQUE INDEX profinfer_phase_no_id ON profinfer_phase_no (graph);
 
 CREATE TABLE profinfer_op_role_no AS

@@ -1,5 +1,6 @@
 -- token_latency: time to first token, decode step latency and tokens/s.
--- One row per phase (prefill, decode, encode) over its token steps.
+-- One row per phase (prefill, decode, mixed: several sequences not one token each, encode)
+-- over its token steps.
 -- columns:
 --   phase
 --   steps, tokens   token steps and the tokens they processed
