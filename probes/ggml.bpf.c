@@ -19,6 +19,8 @@
 //   T_N_SRC          sources a ggml_tensor has (GGML_MAX_SRC)
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
+//   BATCH_EXT_POS BATCH_EXT_SEQ_IDS    a token's positions and sequence id set (0: unknown)
+//   USET_FIRST USET_NODE_VALUE         libstdc++'s unordered_set: first node, a node's value
 //   N_COUNTERS       perf counters read with perf_read (0, 1 or 2)
 //   EVENT_PAGES NODE_PAGES  ring sizes in pages (powers of two)
 //   MAX_CPUS         size of the perf event arrays
@@ -510,11 +512,35 @@ static __always_inline const u8 *batch_at(struct pt_regs *ctx) {
 #endif
 }
 
-// What a batch says of its sequences, as a TOKEN_BEGIN's arg1: its first token's position in
-// the low 32 bits (-1 where the batch leaves positions to the KV cache), in the high 32 bits the
-// runs of one sequence id among its first BATCH_SCAN tokens (0 where it names no sequences: it
-// is sequence 0's). Tokens of one sequence are consecutive in the batches llama.cpp's tools
-// build, so runs are sequences.
+// Runs of one sequence id among a batch's first BATCH_SCAN tokens: token i's sequence is the
+// int at (pointer at `base + i * stride`) + value_at. Tokens of one sequence are consecutive in
+// the batches llama.cpp's tools build, so runs are sequences.
+static __always_inline u32 seq_runs(u64 base, u64 stride, u64 value_at, s64 n_tokens) {
+    u32 runs = 0;
+    s32 last = -1;
+    for (int i = 0; i < BATCH_SCAN && base; i++) {
+        if (i >= n_tokens)
+            break;
+        u64 p = 0;
+        s32 seq = -1;
+        bpf_probe_read_user(&p, 8, (void *)(base + i * stride));
+        if (p)
+            bpf_probe_read_user(&seq, 4, (void *)(p + value_at));
+        if (i == 0 || seq != last)
+            runs++;
+        last = seq;
+    }
+    return runs;
+}
+
+// A TOKEN_BEGIN's arg1: the batch's first position in the low 32 bits (-1: not known) and its
+// sequences (seq_runs; 0: it names none, it is sequence 0's) in the high 32 bits.
+static __always_inline u64 step_seqs(s32 first_pos, u32 runs) {
+    return (u64)(u32)first_pos | ((u64)runs << 32);
+}
+
+// llama_batch: arrays of positions and of per-token sequence id arrays (NULL: left to the
+// KV cache, and sequence 0).
 static __always_inline u64 batch_seqs(const u8 *batch, s64 n_tokens) {
     u64 pos = 0, seq_ids = 0;
     bpf_probe_read_user(&pos, 8, batch + BATCH_POS);
@@ -522,21 +548,7 @@ static __always_inline u64 batch_seqs(const u8 *batch, s64 n_tokens) {
     s32 first_pos = -1;
     if (pos)
         bpf_probe_read_user(&first_pos, 4, (void *)pos);
-    u32 runs = 0;
-    s32 last = -1;
-    for (int i = 0; i < BATCH_SCAN && seq_ids; i++) {
-        if (i >= n_tokens)
-            break;
-        u64 ids = 0;
-        s32 seq = -1;
-        bpf_probe_read_user(&ids, 8, (void *)(seq_ids + i * 8));
-        if (ids)
-            bpf_probe_read_user(&seq, 4, (void *)ids);
-        if (i == 0 || seq != last)
-            runs++;
-        last = seq;
-    }
-    return (u64)(u32)first_pos | ((u64)runs << 32);
+    return step_seqs(first_pos, seq_runs(seq_ids, 8, 0, n_tokens));
 }
 
 static __always_inline int batch_begin(struct pt_regs *ctx, u32 entry) {
@@ -551,13 +563,23 @@ int encode_begin(struct pt_regs *ctx) { return batch_begin(ctx, TOKEN_ENCODE); }
 
 // llama_process(ctx, type, llama_batch_ext *batch): type 0 encodes, 1 decodes; the batch
 // holds a std::vector of BATCH_EXT_TOKEN_SIZE-byte tokens at BATCH_EXT_TOKENS.
+// Each token holds its positions at BATCH_EXT_POS and a std::unordered_set of sequence ids at
+// BATCH_EXT_SEQ_IDS (0 where the build did not show them), whose first node libstdc++ keeps
+// USET_FIRST bytes in, with the value USET_NODE_VALUE bytes into the node.
 int process_begin(struct pt_regs *ctx) {
     const u8 *batch = (const u8 *)PT_REGS_PARM3(ctx);
     u64 tokens[2] = {0, 0};
     bpf_probe_read_user(tokens, sizeof(tokens), batch + BATCH_EXT_TOKENS);
     s64 n_tokens = (tokens[1] - tokens[0]) / BATCH_EXT_TOKEN_SIZE;
+    s32 first_pos = -1;
+    if (BATCH_EXT_POS && n_tokens > 0)
+        bpf_probe_read_user(&first_pos, 4, (void *)(tokens[0] + BATCH_EXT_POS));
+    u32 runs = 0;
+    if (BATCH_EXT_SEQ_IDS)
+        runs = seq_runs(tokens[0] + BATCH_EXT_SEQ_IDS + USET_FIRST, BATCH_EXT_TOKEN_SIZE,
+                        USET_NODE_VALUE, n_tokens);
     return token_begin(PT_REGS_PARM2(ctx) == 0 ? TOKEN_ENCODE : TOKEN_DECODE, n_tokens,
-                       (u32)-1);
+                       step_seqs(first_pos, runs));
 }
 
 int token_end(struct pt_regs *ctx) { return returned(ctx, EV_TOKEN_END); }

@@ -60,6 +60,10 @@ class RuntimeLayout:
     batch_ext_tokens: int
     """llama_batch_ext: its std::vector of tokens (begin, end pointers); 0 without one."""
     batch_ext_token_size: int
+    batch_ext_pos: int = 0
+    """A llama_batch_ext token's first position; 0 where not found."""
+    batch_ext_seq_ids: int = 0
+    """A llama_batch_ext token's std::unordered_set of sequence ids; 0 where not found."""
 
 
 @dataclass(frozen=True)
@@ -286,7 +290,7 @@ def _check_layout(t: TensorLayout) -> None:
 def _runtime_layout(r: _Reader) -> RuntimeLayout:
     n_threads = _offset(r, "cplan.n_threads", "ggml_graph_compute", "check cplan->n_threads",
                         reg="rsi", want=lambda a: a.insn.size == 4)
-    tokens, token_size = 0, 0
+    tokens, token_size, pos, seq_ids = 0, 0, 0, 0
     batch = "_ZN15llama_batch_ext12set_token_idEii"
     if r.defines(batch) is not None:
         tokens = _offset(r, "llama_batch_ext.tokens", batch, "read the token vector",
@@ -297,12 +301,34 @@ def _runtime_layout(r: _Reader) -> RuntimeLayout:
             raise _unmatched("llama_batch_ext's token size", fn, "index the token vector")
         token_size = store.stride
         r.fact("llama_batch_ext token size", token_size, fn.where(store.insn))
+        pos = _token_field(r, "llama_batch_ext token pos", POS_SETTER, token_size, lea=False)
+        seq_ids = _token_field(r, "llama_batch_ext token seq_ids", SEQ_ADDER, token_size, lea=True)
     return RuntimeLayout(
         cgraph_n_nodes=_offset(r, "cgraph.n_nodes", "ggml_graph_n_nodes", "read n_nodes"),
         cplan_n_threads=n_threads,
         batch_ext_tokens=tokens,
         batch_ext_token_size=token_size,
+        batch_ext_pos=pos,
+        batch_ext_seq_ids=seq_ids,
     )
+
+
+POS_SETTER = "_ZN15llama_batch_ext13set_token_posEiPKi"
+SEQ_ADDER = "_ZN15llama_batch_ext7add_seqEii"
+
+
+def _token_field(r: _Reader, fact: str, symbol: str, token_size: int, lea: bool) -> int:
+    """A field of llama_batch_ext's tokens, from the method that stores it (or, `lea`, takes
+    its address): 0 where the build has no such method or it does not match. The token steps'
+    positions and sequences need them; the ops do not."""
+    if r.defines(symbol) is None:
+        return 0
+    fn = r.function(symbol, fact)
+    found = x86.element_field(fn.insns, "rsi", token_size, lea)
+    if found is None:
+        return 0
+    r.fact(fact, found[1], fn.where(found[0]))
+    return found[1]
 
 
 def _table(r: _Reader, symbol: str, fact: str) -> tuple[_Function, x86.Indexed]:

@@ -18,6 +18,10 @@ MAX_OPS = 256
 """Op ids the --ops filter can choose (the op_traced map)."""
 MAX_THREADS = 4096
 """Threads whose current op the probes follow at once."""
+USET_FIRST = 16
+"""libstdc++'s std::unordered_set: its first node (_M_before_begin._M_nxt), bytes in."""
+USET_NODE_VALUE = 8
+"""libstdc++'s hash node of an int without a cached hash: its value, after the next pointer."""
 MAX_TENSORS = 65536
 """Tensors the probes remember as described (and sum statistics for, with --aggregate)."""
 
@@ -59,6 +63,10 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "CPLAN_N_THREADS": runtime.cplan_n_threads,
         "BATCH_EXT_TOKENS": runtime.batch_ext_tokens,
         "BATCH_EXT_TOKEN_SIZE": runtime.batch_ext_token_size,
+        "BATCH_EXT_POS": runtime.batch_ext_pos,
+        "BATCH_EXT_SEQ_IDS": runtime.batch_ext_seq_ids,
+        "USET_FIRST": USET_FIRST,
+        "USET_NODE_VALUE": USET_NODE_VALUE,
         "N_COUNTERS": len(counters),
         "EVENT_PAGES": rings.event_pages,
         "NODE_PAGES": rings.node_pages,

@@ -211,6 +211,50 @@ def indexed_access(insns: list[Insn], index: str) -> Indexed | None:
     return None
 
 
+def element_field(insns: list[Insn], index: str, stride: int, lea: bool = False
+                  ) -> tuple[Insn, int] | None:
+    """The field of `vector[index]` (elements of `stride` bytes, the vector's data a pointer the
+    code loaded) that the first store (or, with `lea`, the first address taken) reaches, as
+    (instruction, offset in the element): for code that adds the scaled index to the loaded
+    pointer before it accesses the field (`lea (%rcx,%rsi,1),%rax; mov %edx,0x50(%rax)`)."""
+    scaled: dict[str, int] = {index: 1}  # register -> multiple of the index it holds (+ a pointer)
+
+    def coef(mem: Mem) -> int:
+        return scaled.get(mem.base, 0) + scaled.get(mem.index, 0) * mem.scale
+
+    for insn in insns:
+        ops = insn.operands
+        last = len(ops) - 1
+        for pos, op in enumerate(ops):
+            if not isinstance(op, Mem) or coef(op) != stride:
+                continue
+            if (insn.kind == cx.X86_INS_LEA) if lea else (
+                    pos == last and insn.kind == cx.X86_INS_MOV):
+                return insn, op.disp
+        dest = ops[-1] if ops and isinstance(ops[-1], str) else None
+        if dest is None or dest not in insn.written:
+            for reg in insn.written:
+                scaled.pop(reg, None)
+            continue
+        src = ops[0]
+        value = 0
+        if insn.kind == cx.X86_INS_LEA and isinstance(src, Mem):
+            value = coef(src)
+        elif insn.kind in (cx.X86_INS_MOV, cx.X86_INS_MOVSXD) and isinstance(src, str):
+            value = scaled.get(src, 0)
+        elif insn.kind == cx.X86_INS_SHL and isinstance(src, int):
+            value = scaled.get(dest, 0) << src
+        elif insn.kind == cx.X86_INS_ADD and isinstance(src, str):
+            value = scaled.get(dest, 0) + scaled.get(src, 0)
+        elif insn.kind == cx.X86_INS_IMUL and len(ops) == 3 and isinstance(src, int):
+            value = scaled.get(ops[1], 0) * src if isinstance(ops[1], str) else 0
+        for reg in insn.written:
+            scaled.pop(reg, None)
+        if value:
+            scaled[dest] = value
+    return None
+
+
 def _address(mem: Mem, known: dict[str, _Linear]) -> _Linear | None:
     """`base + index * scale` (without the displacement), None if a register is not known."""
     if (mem.base and mem.base not in known) or (mem.index and mem.index not in known):

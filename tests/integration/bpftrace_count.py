@@ -30,7 +30,8 @@ class BpftraceCount:
     def stop(self, pid: int) -> dict[str, int]:
         """Stop counting; the counts of process `pid`, by the names given to the functions."""
         self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=30)
+        # bpftrace detaches its probes before it prints: slow on a loaded machine.
+        out, _ = self.proc.communicate(timeout=120)
         return {m[1]: int(m[2]) for m in re.finditer(rf"^@(\w+)\[{pid}\]: (\d+)$", out, re.M)}
 
 

@@ -133,7 +133,7 @@ BUILDS = {
     "0.3.36": Build(
         layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152, n_src=10,
                             view_src=232, data=248, name=256, name_len=64, size=336),
-        runtime=RuntimeLayout(4, 16, 64, 96),
+        runtime=RuntimeLayout(4, 16, 64, 96, batch_ext_pos=80, batch_ext_seq_ids=24),
         version="0.25.3",
         ops=(
             "NONE DUP ADD ADD_ID ADD1 ACC SUB MUL DIV SQR SQRT LOG SIN COS SUM SUM_ROWS "

@@ -8,14 +8,18 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.capture.events import TokenEntry
 from profinfer_perfetto.model.names import WAIT_SLICE, probe_args
+from profinfer_perfetto.model.trace_model import token_phase
 from tests import trace_reader
 from tests.conftest import Cli
 from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
@@ -164,33 +168,69 @@ def test_record_a_static_build(cli: Cli, llama: Callable[..., Path],
     assert trace.flows
 
 
-def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
-                                    model: Callable[[str], Path], tmp_path: Path) -> None:
-    port = 18_000 + int(time.time()) % 1000
+@contextmanager
+def _server(llama: Callable[..., Path], model: Callable[[str], Path],
+            *flags: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A llama-server on tiny-llama, up and answering; its process and URL."""
+    port = 18_000 + int(time.time() * 1000) % 2000
     server = subprocess.Popen(
         [str(llama("llama-server")), "-m", str(model("tiny-llama")), "-t", "2", "--host",
-         "127.0.0.1", "--port", str(port), "--no-warmup", "-c", "512"],
+         "127.0.0.1", "--port", str(port), "--no-warmup", *flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    out = tmp_path / "server.pftrace"
     try:
         _wait_for(f"http://127.0.0.1:{port}/health")
-        recorder, _ = start_recorder(out, "--pid", str(server.pid))
-        bpftrace = BpftraceCount(llama("llama-server").parent / "libggml-cpu.so.0", COUNTED)
-        for _ in range(2):
-            _post(f"http://127.0.0.1:{port}/completion", {"prompt": PROMPT, "n_predict": 8})
-        counts = bpftrace.stop(server.pid)
-        recorder.send_signal(signal.SIGINT)
-        _, stderr = recorder.communicate(timeout=60)
-        assert recorder.returncode == 0, stderr
+        yield server, f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def _stop(recorder: subprocess.Popen[str]) -> None:
+    recorder.send_signal(signal.SIGINT)
+    _, stderr = recorder.communicate(timeout=60)
+    assert recorder.returncode == 0, stderr
+
+
+def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
+                                    model: Callable[[str], Path], tmp_path: Path) -> None:
+    out = tmp_path / "server.pftrace"
+    with _server(llama, model, "-c", "512") as (server, url):
+        recorder, _ = start_recorder(out, "--pid", str(server.pid))
+        bpftrace = BpftraceCount(llama("llama-server").parent / "libggml-cpu.so.0", COUNTED)
+        for _ in range(2):
+            _post(f"{url}/completion", {"prompt": PROMPT, "n_predict": 8})
+        counts = bpftrace.stop(server.pid)
+        _stop(recorder)
     trace = trace_reader.read(out)
     rec = record_slice(trace)
     assert rec.args["status"] == "recorder stopped by SIGINT"
     assert rec.args["events_lost"] == 0
     assert len(op_slices(trace)) == counts["ops"] + counts.get("fused", 0) > 0
     assert "ref_ctr_offset mismatch" not in _dmesg()
+
+
+def test_a_server_s_steps_with_two_sequences(cli: Cli, llama: Callable[..., Path],
+                                            model: Callable[[str], Path],
+                                            tmp_path: Path) -> None:
+    """llama-server with two slots under two clients at once: its batches carry positions and
+    sequence ids, which the steps take (with --pid, where counting tokens could not know the
+    positions); a batch of one token per sequence is a decode step, never a prefill."""
+    out = tmp_path / "server.pftrace"
+    with _server(llama, model, "-c", "2048", "-np", "2") as (server, url):
+        recorder, _ = start_recorder(out, "--pid", str(server.pid))
+        body = {"prompt": PROMPT, "n_predict": 32, "ignore_eos": True}
+        clients = [threading.Thread(target=_post, args=(f"{url}/completion", body))
+                   for _ in range(2)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join()
+        _stop(recorder)
+    steps = [s.args for s in trace_reader.read(out).slices
+             if s.name in ("prefill", "decode", "mixed")]
+    assert steps and all("pos" in a and 1 <= a["sequences"] <= 2 for a in steps)
+    for a in steps:
+        assert a["phase"] == token_phase(a["n_tokens"], TokenEntry.DECODE, a["sequences"])
 
 
 def test_a_crashing_target_leaves_a_valid_trace(llama: Callable[..., Path],
