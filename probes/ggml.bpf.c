@@ -20,6 +20,9 @@
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
 //   BATCH_EXT_POS BATCH_EXT_SEQ_IDS    a token's positions and sequence id set (0: unknown)
+//   ROUTING          1: the build has MUL_MAT_ID (OP_MUL_MAT_ID, OP_ADD_ID: their op ids, -1
+//                    for none): Mixture-of-Experts routing is read (struct route, ring routes)
+//   T_NB             offset of nb in ggml_tensor
 //   USET_FIRST USET_NODE_VALUE         libstdc++'s unordered_set: first node, a node's value
 //   N_COUNTERS       perf counters read with perf_read (0, 1 or 2)
 //   EVENT_PAGES NODE_PAGES  ring sizes in pages (powers of two)
@@ -345,6 +348,68 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     nodes.ringbuf_submit(n, BPF_RB_NO_WAKEUP);
 }
 
+struct route {
+    u64 ts;          // the ts of the op-begin event of the node's calling thread
+    u64 node;        // the op's tensor
+    u32 first_token; // the record's first token (row)
+    u32 n_tokens;    // tokens (rows) of the ids tensor
+    u32 n_used;      // experts per token (columns)
+    u32 pad;
+    s32 ids[ROUTE_TOKENS][ROUTE_EXPERTS];  // -1 past the last token or expert
+};
+#if ROUTING
+// The experts a Mixture-of-Experts op routes each token to: the I32 ids tensor, src[2] of
+// MUL_MAT_ID and ADD_ID, n_used ids per token in rows nb[1] apart, computed by the time the op
+// starts. Read in records of ROUTE_TOKENS tokens, up to ROUTE_CHUNKS records (the rest, and
+// experts past ROUTE_EXPERTS, are cut; a record says how many there were).
+BPF_RINGBUF_OUTPUT(routes, ROUTE_PAGES);
+
+static __always_inline void route(u64 ts, const u8 *tensor) {
+    u32 op = 0;
+    bpf_probe_read_user(&op, 4, tensor + T_OP);
+    if (op != OP_MUL_MAT_ID && op != OP_ADD_ID)
+        return;
+    u64 ids = 0;
+    bpf_probe_read_user(&ids, 8, tensor + T_SRC + 2 * 8);
+    if (!ids)
+        return;
+    s64 ne[2] = {0, 0};
+    u64 nb1 = 0, data = 0;
+    bpf_probe_read_user(ne, sizeof(ne), (void *)(ids + T_NE));
+    bpf_probe_read_user(&nb1, 8, (void *)(ids + T_NB + 8));
+    bpf_probe_read_user(&data, 8, (void *)(ids + T_DATA));
+    if (!data || ne[0] <= 0 || ne[1] <= 0)
+        return;
+    u32 row = ne[0] > ROUTE_EXPERTS ? ROUTE_EXPERTS * 4 : (u32)ne[0] * 4;
+#pragma nounroll
+    for (int c = 0; c < ROUTE_CHUNKS; c++) {
+        s64 first = (s64)c * ROUTE_TOKENS;
+        if (first >= ne[1])
+            break;
+        struct route *r = routes.ringbuf_reserve(sizeof(struct route));
+        if (!r) {
+            count_lost(RING_ROUTES);
+            return;
+        }
+        r->ts = ts;
+        r->node = (u64)tensor;
+        r->first_token = first;
+        r->n_tokens = ne[1];
+        r->n_used = ne[0];
+        r->pad = 0;
+#pragma unroll
+        for (int t = 0; t < ROUTE_TOKENS; t++) {
+            __builtin_memset(r->ids[t], 0xff, sizeof(r->ids[t]));
+            // row is 4..ROUTE_EXPERTS * 4 bytes: the mask shows the verifier so
+            if (first + t < ne[1])
+                bpf_probe_read_user(r->ids[t], ((row - 4) & (ROUTE_EXPERTS * 4 - 4)) + 4,
+                                    (void *)(data + (first + t) * nb1));
+        }
+        routes.ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+    }
+}
+#endif
+
 // One thread starts its share of a node (or of a fused node pair: `second` non-null).
 static __always_inline int begin_op(const void *params, const void *first, const void *second) {
     if (!tracing())
@@ -388,6 +453,9 @@ static __always_inline int begin_op(const void *params, const void *first, const
     u64 ts = e->ts;
     submit(e);
     if (ith_nth[0] == 0) {
+#if ROUTING
+        route(ts, first);
+#endif
         // One copy of describe() for both tensors of a fused pair: two would not fit the stack.
         const void *tensors[2] = {first, second};
 #pragma nounroll

@@ -69,8 +69,9 @@ build_llama() {  # build_llama DIR NAME BUILD_SHARED_LIBS "CMAKE FLAGS" NICENESS
     local root=$1 name=$2 shared=$3 niceness=$5 jobs=$6 flags
     read -ra flags <<<"$4"
     shift 6
-    local dir="$root/build-$name"
-    if [ -x "$dir/bin/$1" ] && [ -f "$dir/.complete" ]; then return; fi
+    local dir="$root/build-$name" target built=1
+    for target in "$@"; do [ -x "$dir/bin/$target" ] || built=0; done
+    if ((built)) && [ -f "$dir/.complete" ]; then return; fi
     log "building llama.cpp in $dir ($*); takes minutes, once"
     nice -n "$niceness" cmake -S "$root/src" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS="$shared" "${flags[@]}" >"$dir.log" 2>&1 \
@@ -81,7 +82,7 @@ build_llama() {  # build_llama DIR NAME BUILD_SHARED_LIBS "CMAKE FLAGS" NICENESS
 }
 fetch_llama "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_DIR"
 build_llama "$LLAMA_DIR" shared ON "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" \
-    llama-completion llama-cli llama-bench llama-server
+    llama-completion llama-cli llama-bench llama-server llama-eval-callback
 build_llama "$LLAMA_DIR" static OFF "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" llama-completion
 fetch_llama "$LLAMA_OLD_VERSION" "$LLAMA_OLD_DIR"
 build_llama "$LLAMA_OLD_DIR" shared ON "$LLAMA_OLD_CMAKE_FLAGS" 19 2 \

@@ -22,6 +22,10 @@ from profinfer_perfetto.capture.events import (
     N_SRC,
     NODE,
     OP_SHARES,
+    ROUTE,
+    ROUTE_CHUNKS,
+    ROUTE_EXPERTS,
+    ROUTE_TOKENS,
     SRC,
     STOP,
     Kind,
@@ -30,7 +34,8 @@ from profinfer_perfetto.capture.events import (
     TokenEntry,
 )
 
-STRUCTS: Mapping[str, np.dtype] = {"event": EVENT, "src": SRC, "node": NODE, "op_stats": OP_SHARES}
+STRUCTS: Mapping[str, np.dtype] = {"event": EVENT, "src": SRC, "node": NODE, "op_stats": OP_SHARES,
+                                   "route": ROUTE}
 """C struct name -> the dtype that reads it (probes/ggml.bpf.c)."""
 WATCH_STRUCTS: Mapping[str, np.dtype] = {"stop": STOP}
 """The same, for probes/watch.bpf.c."""
@@ -46,6 +51,9 @@ def constants() -> dict[str, int]:
         "N_RINGS": len(Ring),
         **{f"BATCH_{field}": offset for field, offset in LLAMA_BATCH.items()},
         "BATCH_SCAN": BATCH_SCAN,
+        "ROUTE_TOKENS": ROUTE_TOKENS,
+        "ROUTE_EXPERTS": ROUTE_EXPERTS,
+        "ROUTE_CHUNKS": ROUTE_CHUNKS,
         "N_SRC": N_SRC,
         "MAX_COUNTERS": MAX_COUNTERS,
         "HIST_BUCKETS": HIST_BUCKETS,

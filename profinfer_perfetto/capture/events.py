@@ -51,6 +51,7 @@ class Ring(IntEnum):
 
     EVENTS = 0
     NODES = 1
+    ROUTES = 2
 
 
 EVENT = np.dtype(
@@ -117,6 +118,26 @@ class StopReason(IntEnum):
 
 STOP = np.dtype([("tgid", "<u4"), ("reason", "<u4")])
 """A process of the launched command that the watch program stopped (struct stop)."""
+
+ROUTE_TOKENS = 8
+"""Tokens per routing record."""
+ROUTE_EXPERTS = 16
+"""Experts per token a routing record holds (more are cut)."""
+ROUTE_CHUNKS = 64
+"""Routing records per op: tokens past ROUTE_TOKENS * ROUTE_CHUNKS (512) are cut."""
+
+ROUTE = np.dtype(
+    [
+        ("ts", "<u8"),
+        ("node", "<u8"),
+        ("first_token", "<u4"),
+        ("n_tokens", "<u4"),
+        ("n_used", "<u4"),
+        ("pad", "<u4"),
+        ("ids", "<i4", (ROUTE_TOKENS, ROUTE_EXPERTS)),
+    ]
+)
+"""The experts a Mixture-of-Experts op sent ROUTE_TOKENS tokens to (struct route)."""
 
 OP_STATS = np.dtype([("node", "<u8"), *OP_SHARES.descr])
 """One row per tensor: its pointer (the map's key), then its summed shares."""

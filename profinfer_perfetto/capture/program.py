@@ -30,6 +30,7 @@ MAX_TENSORS = 65536
 class RingSizes:
     event_pages: int = 4096
     node_pages: int = 4096
+    route_pages: int = 2048
 
 
 def probe_source(name: str = "ggml.bpf.c") -> str:
@@ -58,6 +59,11 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "REFRESH_EVERY": REFRESH_EVERY,
         "GRAPH_BUILDS": int(graph_builds),
         "T_NAME": layout.name,
+        "T_NB": layout.nb,
+        "ROUTING": int("MUL_MAT_ID" in ggml.ops),
+        "OP_MUL_MAT_ID": _op_id(ggml, "MUL_MAT_ID"),
+        "OP_ADD_ID": _op_id(ggml, "ADD_ID"),
+        "ROUTE_PAGES": rings.route_pages,
         "T_SIZE": layout.size,
         "CGRAPH_N_NODES": runtime.cgraph_n_nodes,
         "CPLAN_N_THREADS": runtime.cplan_n_threads,
@@ -84,6 +90,10 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "NAME_PREFIX_LEN": len(selection.name_prefix.encode()),
         "AGGREGATE": int(selection.aggregate),
     }
+
+
+def _op_id(ggml: GgmlInfo, name: str) -> int:
+    return ggml.ops.index(name) if name in ggml.ops else -1
 
 
 def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,

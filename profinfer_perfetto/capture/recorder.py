@@ -20,7 +20,7 @@ from types import FrameType
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.events import EVENT, NODE, StopReason
+from profinfer_perfetto.capture.events import EVENT, NODE, ROUTE, Ring, StopReason
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.selection import Selection
@@ -76,6 +76,8 @@ class Recording:
     run: Run
     op_stats: list[tuple[int, np.ndarray]] = field(default_factory=list)
     """With --aggregate: (time, OP_STATS rows so far) read at every drain."""
+    routes: np.ndarray = field(default_factory=lambda: np.empty(0, ROUTE))
+    """Mixture-of-Experts routing records (ROUTE), where the build has such ops."""
 
 
 @dataclass(frozen=True)
@@ -308,6 +310,7 @@ def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePla
     selection = request.selection
     event_chunks: list[np.ndarray] = []
     node_chunks: list[np.ndarray] = []
+    route_chunks: list[np.ndarray] = []
     op_stats: list[tuple[int, np.ndarray]] = []
     threads: dict[int, str] = {}
     begin = boot_ns()
@@ -321,7 +324,9 @@ def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePla
     status = "complete"
 
     def drain() -> None:
-        events, nodes = session.read()
+        events, nodes, routes = session.read()
+        if routes.size:
+            route_chunks.append(routes)
         if events.size:
             event_chunks.append(events)
             for tid in np.unique(events["tid"]).tolist():
@@ -383,7 +388,12 @@ def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePla
     drain()
     end = boot_ns()
     recorder_cpu = time.process_time() - cpu_at_begin
-    lost_events, lost_nodes = session.lost()
+    lost = session.lost()
+    notes = list(probe_plan.notes) + ([] if selection.barriers else [
+        "--no-barriers: an op lasts until its thread's next op, barrier wait included"])
+    if lost[Ring.ROUTES]:
+        notes.append(f"{lost[Ring.ROUTES]} routing records lost to a full ring: some "
+                     "Mixture-of-Experts ops have no expert ids")
     run = Run(
         ggml=probe_plan.ggml,
         pid=pid,
@@ -391,13 +401,12 @@ def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePla
         cmdline=cmdline,
         threads=threads,
         counters=list(request.counters),
-        lost_events=lost_events,
-        lost_nodes=lost_nodes,
+        lost_events=lost[Ring.EVENTS],
+        lost_nodes=lost[Ring.NODES],
         begin_ns=begin,
         end_ns=end,
         status=status,
-        notes=list(probe_plan.notes) + ([] if selection.barriers else [
-            "--no-barriers: an op lasts until its thread's next op, barrier wait included"]),
+        notes=notes,
         recorder_cpu_s=round(recorder_cpu, 3),
         aggregate=selection.aggregate,
         probe_costs=session.costs(),
@@ -408,4 +417,5 @@ def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePla
         nodes=np.concatenate(node_chunks) if node_chunks else np.empty(0, NODE),
         run=run,
         op_stats=op_stats,
+        routes=np.concatenate(route_chunks) if route_chunks else np.empty(0, ROUTE),
     )

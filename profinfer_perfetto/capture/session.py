@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from profinfer_perfetto.capture.counters import enable_run_time_stats, opened_configs
-from profinfer_perfetto.capture.events import EVENT, NODE, OP_STATS, Ring
+from profinfer_perfetto.capture.events import EVENT, NODE, OP_STATS, ROUTE, Ring
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.target import Probe
@@ -101,6 +101,13 @@ class ProbeSession:
         page = os.sysconf("SC_PAGE_SIZE")
         self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
         self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
+        self.routes: RingReader | None = None
+        try:  # only a build with Mixture-of-Experts ops has the ring
+            fd = self._bpf[b"routes"].map_fd
+        except KeyError:
+            pass
+        else:
+            self.routes = RingReader(fd, rings.route_pages * page, ROUTE)
         self._steer: RingReader | None = None
         self._steer_poll = select.poll()
         if steered:
@@ -156,13 +163,15 @@ class ProbeSession:
         table = self._bpf[b"armed"]
         table[table.Key(0)] = table.Leaf(int(armed))
 
-    def lost(self) -> tuple[int, int]:
-        """Events and node descriptors dropped because a ring was full."""
+    def lost(self) -> dict[Ring, int]:
+        """Records dropped because their ring was full, by ring."""
         table = self._bpf[b"lost"]
-        return tuple(int(sum(table[table.Key(r)])) for r in Ring)  # type: ignore[return-value]
+        return {r: int(sum(table[table.Key(r)])) for r in Ring}
 
-    def read(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.events.read(), self.nodes.read()
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The events, node descriptors and routing records since the last read."""
+        routes = self.routes.read() if self.routes is not None else np.empty(0, ROUTE)
+        return self.events.read(), self.nodes.read(), routes
 
     def costs(self) -> dict[str, ProbeCost]:
         """Per BPF program that ran: runs and time, from its fdinfo (empty without stats)."""
@@ -183,6 +192,8 @@ class ProbeSession:
             os.close(self._stats_fd)
         self.events.close()
         self.nodes.close()
+        if self.routes is not None:
+            self.routes.close()
         if self._steer is not None:
             self._steer.close()
         self._bpf.cleanup()

@@ -48,6 +48,10 @@ class QueryCommand:
         if self.format != "json":
             for trace, how in report.engines.items():
                 print(f"profinfer-perfetto: {trace}: answered by {how}", file=sys.stderr)
+        for name in self.metrics:
+            note = metric(name).when_empty
+            if note is not None and not report.tables[name].rows:
+                print(f"profinfer-perfetto: {name}: {note}", file=sys.stderr)
         return 0
 
     def report(self, traces: list[Path]) -> Report:

@@ -24,7 +24,7 @@ from profinfer_perfetto.model.names import (
     graph_slice,
     probe_args,
 )
-from profinfer_perfetto.model.trace_model import Ops, TraceModel, step_batches
+from profinfer_perfetto.model.trace_model import Ops, Routing, TraceModel, step_batches
 from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
@@ -138,7 +138,25 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     for i, src in enumerate(model.nodes.raw[node]["src"]):
         if src["ptr"]:
             args.append((f"src{i}", f"{ggml.type_name(int(src['type']))} {_shape(src['ne'])}"))
+    routing = model.routing.get(node)
+    if routing is not None:
+        args += _routing_args(routing)
     return tuple(args)
+
+
+def _routing_args(routing: Routing) -> list[tuple[str, ArgValue]]:
+    """A Mixture-of-Experts op's routing: `experts` lists each token's experts (comma
+    separated, tokens separated by spaces, in batch order); what the probe cut, if anything."""
+    ids = routing.ids
+    args: list[tuple[str, ArgValue]] = [
+        ("experts", " ".join(",".join(map(str, row)) for row in ids.tolist())),
+        ("routed_tokens", routing.n_tokens),
+        ("experts_per_token", routing.n_used),
+    ]
+    if ids.shape != (routing.n_tokens, routing.n_used):
+        args.append(("routing_cut", f"experts of {ids.shape[0]} of {routing.n_tokens} tokens, "
+                                    f"{ids.shape[1]} of {routing.n_used} per token"))
+    return args
 
 
 def _described(ops: Ops) -> np.ndarray:

@@ -16,11 +16,18 @@ is decided here:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from profinfer_perfetto.capture.events import EVENT, UNKNOWN_POS, Kind, TokenEntry
+from profinfer_perfetto.capture.events import (
+    EVENT,
+    ROUTE_EXPERTS,
+    ROUTE_TOKENS,
+    UNKNOWN_POS,
+    Kind,
+    TokenEntry,
+)
 from profinfer_perfetto.capture.recorder import Recording, Run
 from profinfer_perfetto.model.work import auto_named
 
@@ -92,6 +99,38 @@ class Ops:
         return len(self.begin)
 
 
+@dataclass(frozen=True)
+class Routing:
+    """The experts one execution of a Mixture-of-Experts node sent its tokens to."""
+
+    ids: np.ndarray
+    """(tokens read, experts read) expert ids, in the order the router ranked them."""
+    n_tokens: int
+    """Tokens the op routed (more than `ids` has rows where the probe cut them)."""
+    n_used: int
+    """Experts per token (more than `ids` has columns where the probe cut them)."""
+
+
+def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops) -> dict[int, Routing]:
+    """Routing records joined to the nodes whose calling thread's op began at their ts."""
+    if len(routes) == 0:
+        return {}
+    main = ops.ith == 0
+    at = {(int(ts), int(nodes.raw[n]["ptr"])): int(n)
+          for ts, n in zip(ops.begin[main].tolist(), ops.node[main].tolist(), strict=True)}
+    chunks: dict[int, list[np.ndarray]] = {}
+    shape: dict[int, tuple[int, int]] = {}
+    for r in routes[np.argsort(routes["first_token"], kind="stable")]:
+        node = at.get((int(r["ts"]), int(r["node"])))
+        if node is None:
+            continue
+        n_tokens, n_used = int(r["n_tokens"]), int(r["n_used"])
+        rows = min(ROUTE_TOKENS, n_tokens - int(r["first_token"]))
+        chunks.setdefault(node, []).append(r["ids"][:rows, :min(n_used, ROUTE_EXPERTS)])
+        shape[node] = (n_tokens, n_used)
+    return {node: Routing(np.concatenate(parts), *shape[node]) for node, parts in chunks.items()}
+
+
 @dataclass
 class TraceModel:
     run: Run
@@ -108,6 +147,8 @@ class TraceModel:
     """Every node descriptor the probes sent (NODE records), in arrival order."""
     dropped_ops: int
     """Op events outside any graph (a capture that began mid-graph)."""
+    routing: dict[int, Routing] = field(default_factory=dict)
+    """Node index -> the experts its Mixture-of-Experts op routed each token to."""
 
     def op_label(self, node: int, fused: int) -> tuple[str, str]:
         """The op (sub-op for UNARY and GLU, `A+B` for a fused pair) and the tensor name."""
@@ -333,6 +374,7 @@ def build(recording: Recording) -> TraceModel:
         op_stats=recording.op_stats,
         descriptors=recording.nodes,
         dropped_ops=dropped + int(np.count_nonzero(~known & traced)),
+        routing=_routing(recording.routes, nodes, ops),
     )
 
 

@@ -34,6 +34,15 @@ class Metric:
         """The first header line, after `name: `."""
         return self.header[0].split(": ", 1)[-1] if self.header else ""
 
+    @property
+    def when_empty(self) -> str | None:
+        """What an empty answer means: the header's `when empty: ...` line."""
+        return next((line.removeprefix(_WHEN_EMPTY) for line in self.header
+                     if line.startswith(_WHEN_EMPTY)), None)
+
+
+_WHEN_EMPTY = "when empty: "
+
 
 @cache
 def _all() -> dict[str, Metric]:

@@ -32,7 +32,7 @@ from profinfer_perfetto.query.engines import BuiltinEngine, Engine, Result
 from profinfer_perfetto.query.importer import BEGIN, END, INSTANT, _nest
 from tests import synthetic
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query" / "tiny-llama.pftrace"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query" / "tiny-qwen3moe.pftrace"
 TP_BIN = os.environ.get("PROFINFER_TP_BIN")
 
 # Only the columns both engines have (the built-in tables have fewer; see importer.SCHEMA).
@@ -195,7 +195,7 @@ def _rules(path: Path) -> Path:
 
 
 TRACES: dict[str, Callable[[Path], Path]] = {
-    "golden tiny-llama": lambda tmp: GOLDEN,
+    "golden tiny-qwen3moe": lambda tmp: GOLDEN,
     "synthetic, per-thread counters": lambda tmp: _write(synthetic.recording(),
                                                          tmp / "synthetic.pftrace"),
     "aggregate counters, cut short": lambda tmp: _write(_aggregate(synthetic.recording()),

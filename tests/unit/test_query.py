@@ -1,6 +1,6 @@
 """`profinfer-perfetto query`: golden metric outputs (Perfetto diff-test style), formats, bad input.
 
-The golden input is a real recording (tiny-llama, 6 tokens, 2 threads, counters context-switches
+The golden input is a real recording (tiny-qwen3moe, 6 tokens, 2 threads, counters context-switches
 and task-clock) kept in tests/golden/query; each canned metric's expected CSV sits beside it,
 written from trace_processor (PROFINFER_UPDATE_GOLDEN=1 with PROFINFER_TP_BIN set). Both engines
 must give exactly that CSV; the built-in engine always runs, trace_processor wherever
@@ -30,7 +30,7 @@ from tests import synthetic
 from tests.conftest import Cli
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query"
-TRACE = GOLDEN / "tiny-llama.pftrace"
+TRACE = GOLDEN / "tiny-qwen3moe.pftrace"
 UPDATE = os.environ.get("PROFINFER_UPDATE_GOLDEN") == "1"
 HAS_TP = bool(os.environ.get("PROFINFER_TP_BIN"))
 ENGINES = (["trace_processor"] if HAS_TP else []) + ["builtin"]
@@ -70,7 +70,7 @@ def test_sql_and_json(cli: Cli) -> None:
                  "--engine", "builtin")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["metrics"]["sql"] == [{"ops": 876}]
+    assert doc["metrics"]["sql"] == [{"ops": 732}]
     assert doc["metrics"]["op_summary"][0]["phase"] == "prefill"
     assert doc["engines"] == {str(TRACE): "builtin engine (asked for)"}
 

@@ -58,12 +58,15 @@ SELECT
   MAX(CASE WHEN key = 'debug.phase' THEN string_value END) AS phase,
   MAX(CASE WHEN key = 'debug.n_tokens' THEN int_value END) AS n_tokens,
   MAX(CASE WHEN key = 'debug.sequences' THEN int_value END) AS sequences,
-  MAX(CASE WHEN key = 'debug.pos' THEN int_value END) AS pos
+  MAX(CASE WHEN key = 'debug.pos' THEN int_value END) AS pos,
+  MAX(CASE WHEN key = 'debug.experts' THEN string_value END) AS experts,
+  MAX(CASE WHEN key = 'debug.routed_tokens' THEN int_value END) AS routed_tokens
 FROM args
 WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.layer',
               'debug.node', 'debug.dtype', 'debug.src0_dtype', 'debug.flops', 'debug.bytes', 'debug.graph',
               'debug.backend', 'debug.token_step', 'debug.n_nodes', 'debug.n_threads',
-              'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos')
+              'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos',
+              'debug.experts', 'debug.routed_tokens')
 GROUP BY arg_set_id;
 
 CREATE INDEX profinfer_slice_args_id ON profinfer_slice_args (arg_set_id);
