@@ -61,7 +61,11 @@ def test_expert_ids_are_the_ones_llama_cpp_computed(cli: Cli, tmp_path: Path) ->
         if s.args.get("op") == "MUL_MAT_ID":
             routed.setdefault(s.args["layer"], set()).add(s.args["experts"])
             assert "routing_cut" not in s.args
-    assert routed == {layer: {ids} for layer, ids in expected.items()}
+    # The tool logs from a thread of its own, which can lose its last lines at exit: every
+    # layer it printed is checked, and layer 0 always is.
+    assert 0 in expected
+    assert {layer: routed[layer] for layer in expected} == {
+        layer: {ids} for layer, ids in expected.items()}
 
 
 def test_moe_experts_counts_what_the_trace_routes(cli: Cli, tmp_path: Path) -> None:
