@@ -257,6 +257,6 @@ def test_every_metric_is_checked() -> None:
 
     tested = {"token_latency", "token_steps", "op_summary", "thread_balance", "graph_summary",
               "kv_growth", "op_cost", "counters",
-              "moe_experts"}  # in test_routing.py, on a Mixture-of-Experts model
+              "moe_experts", "moe_cost"}  # in test_routing.py, on a Mixture-of-Experts model
     assert tested == set(canned())
 

@@ -68,9 +68,10 @@ def test_expert_ids_are_the_ones_llama_cpp_computed(cli: Cli, tmp_path: Path) ->
         layer: {ids} for layer, ids in expected.items()}
 
 
-def test_moe_experts_counts_what_the_trace_routes(cli: Cli, tmp_path: Path) -> None:
-    """moe_experts on both engines against the same numbers computed here from the op slices'
-    `experts` args: activations per (phase, layer, expert) and tokens since the last one."""
+def test_moe_metrics_count_what_the_trace_routes(cli: Cli, tmp_path: Path) -> None:
+    """moe_experts and moe_cost on both engines against the same numbers computed here from the
+    op slices' `experts` args: activations per (phase, layer, expert), tokens since the last
+    one, and op instances per distinct experts."""
     out = tmp_path / "moe.pftrace"
     result = cli("record", "-o", out, "--", assets.llama_bin("llama-completion"), "-m",
                  assets.model("tiny-qwen3moe"), "-p", PROMPT, "-n", "12", "-t", "2",
@@ -103,10 +104,17 @@ def test_moe_experts_counts_what_the_trace_routes(cli: Cli, tmp_path: Path) -> N
                     dists.setdefault(k, []).append(at - last[layer, expert])
                 last[layer, expert] = at
     assert activations
+    # moe_cost: every expert op instance, by the distinct experts its tokens went to.
+    instances: Counter[tuple[str, str, str, int]] = Counter()
+    for s in ops:
+        step = next(t for t in steps if t.ts <= s.ts <= t.end)
+        experts = {int(e) for ids in s.args["experts"].split(" ") for e in ids.split(",")}
+        instances[step.name, s.args["op"], s.args["role"], len(experts)] += 1
     for engine in ("builtin", "trace_processor") if TP_BIN else ("builtin",):
         with TraceQuery(out, engine) as q:
-            rows = q.metric("moe_experts")
+            rows, cost = q.metric("moe_experts"), q.metric("moe_cost")
         got = {(r[0], r[1], r[2]): dict(zip(rows.columns, r, strict=True)) for r in rows.rows}
         assert {k: v["activations"] for k, v in got.items()} == dict(activations)
         for k, d in dists.items():
             assert abs(got[k]["dist_mean"] - sum(d) / len(d)) <= 0.005 + 1e-9
+        assert {tuple(r[:4]): r[4] for r in cost.rows} == dict(instances)

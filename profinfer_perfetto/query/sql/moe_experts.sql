@@ -14,40 +14,14 @@
 --   layer_cv        coefficient of variation of the layer's activations over its experts
 --   dist_mean, dist_p50, dist_p90   tokens since the expert's last activation in the layer
 --                   (nearest rank; empty for its first activation)
-WITH RECURSIVE
-moe AS (
-  SELECT n.graph, g.step, g.phase, a.layer, a.experts, a.routed_tokens, MIN(n.node) AS node
-  FROM profinfer_node_times n
-  JOIN profinfer_slice_args a ON a.arg_set_id = n.node_args
-  JOIN profinfer_graph g USING (graph)
-  WHERE a.experts IS NOT NULL AND g.phase IS NOT NULL
-  GROUP BY n.graph, a.layer
-),
-base AS (
-  SELECT step, n_tokens, SUM(n_tokens) OVER (ORDER BY step) - n_tokens AS first_token
-  FROM profinfer_step
-),
-token (graph, step, phase, layer, skip, idx, ids, rest) AS (
-  SELECT m.graph, m.step, m.phase, m.layer, MAX(b.n_tokens - m.routed_tokens, 0), -1, '',
-         m.experts || ' '
-  FROM moe m JOIN base b USING (step)
-  UNION ALL
-  SELECT graph, step, phase, layer, skip, idx + 1, SUBSTR(rest, 1, INSTR(rest, ' ') - 1),
-         SUBSTR(rest, INSTR(rest, ' ') + 1)
-  FROM token WHERE rest <> ''
-),
-pick (phase, layer, at, expert, rest) AS (
-  SELECT t.phase, t.layer, b.first_token + t.skip + t.idx, '', t.ids || ','
-  FROM token t JOIN base b USING (step) WHERE t.idx >= 0
-  UNION ALL
-  SELECT phase, layer, at, SUBSTR(rest, 1, INSTR(rest, ',') - 1),
-         SUBSTR(rest, INSTR(rest, ',') + 1)
-  FROM pick WHERE rest <> ''
+WITH
+first_op AS (  -- the layer's expert ops route the same ids: one of them counts
+  SELECT graph, layer, MIN(node) AS node FROM profinfer_route GROUP BY graph, layer
 ),
 activation AS (
-  SELECT phase, layer, CAST(expert AS INTEGER) AS expert, at,
-         at - LAG(at) OVER (PARTITION BY layer, CAST(expert AS INTEGER) ORDER BY at) AS dist
-  FROM pick WHERE expert <> ''
+  SELECT r.phase, r.layer, r.expert, r.at,
+         r.at - LAG(r.at) OVER (PARTITION BY r.layer, r.expert ORDER BY r.at) AS dist
+  FROM profinfer_route r JOIN first_op USING (graph, layer, node)
 ),
 routed AS (
   SELECT phase, layer, COUNT(DISTINCT at) AS tokens FROM activation GROUP BY phase, layer
