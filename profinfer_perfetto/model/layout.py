@@ -144,12 +144,23 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     return tuple(args)
 
 
+def _experts_text(routing: Routing) -> str:
+    """Each token's experts, comma separated, tokens separated by spaces, in batch order."""
+    return " ".join(",".join(map(str, row)) for row in routing.ids.tolist())
+
+
+def _experts_name(routing: Routing, longest: int = 80) -> str:
+    """A routing slice's name: each token's experts, or for a long batch how many tokens."""
+    name = _experts_text(routing)
+    return name if len(name) <= longest else f"{routing.n_tokens} tokens (experts in the op's args)"
+
+
 def _routing_args(routing: Routing) -> list[tuple[str, ArgValue]]:
     """A Mixture-of-Experts op's routing: `experts` lists each token's experts (comma
     separated, tokens separated by spaces, in batch order); what the probe cut, if anything."""
     ids = routing.ids
     args: list[tuple[str, ArgValue]] = [
-        ("experts", " ".join(",".join(map(str, row)) for row in ids.tolist())),
+        ("experts", _experts_text(routing)),
         ("routed_tokens", routing.n_tokens),
         ("experts_per_token", routing.n_used),
     ]
@@ -247,6 +258,7 @@ class _LayoutBuilder:
         self.token_steps(thread)
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
+        self.expert_routing()
         self.tokens_per_second()
         self.aggregate_counters()
         self.recording()
@@ -341,6 +353,28 @@ class _LayoutBuilder:
             waits = sel[ops.end[sel] > work_end[sel]]
             self.rows.slices(track[waits], work_end[waits], ops.end[waits], d, wait)
         return begin_rows, end_rows
+
+    def expert_routing(self) -> None:
+        """With Mixture-of-Experts routing: a track per layer, `experts layer L`, with a slice per
+        graph over the layer's first expert op naming the experts each token went to."""
+        model, ops = self.model, self.model.ops
+        main = ops.ith == 0
+        span = dict(zip(ops.node[main].tolist(),
+                        zip(ops.begin[main].tolist(), ops.work_end[main].tolist(), strict=True),
+                        strict=True))
+        first: dict[tuple[int, int], int] = {}
+        for node in sorted(model.routing):
+            first.setdefault((int(model.nodes.graph[node]), int(model.nodes.layer[node])), node)
+        by_layer: dict[int, list[int]] = {}
+        for (_, layer), node in first.items():
+            if node in span:
+                by_layer.setdefault(layer, []).append(node)
+        for layer, nodes in sorted(by_layer.items()):
+            track = self.track(Track((4 << 32) | (layer & 0xFFFFFFFF), TrackKind.GLOBAL,
+                                     f"experts layer {layer}", parent=1))
+            self.rows.slices(track, np.array([span[n][0] for n in nodes]),
+                             np.array([span[n][1] for n in nodes]), 0,
+                             [self.strings(_experts_name(model.routing[n])) for n in nodes])
 
     def tokens_per_second(self) -> None:
         tok = self.model.tokens

@@ -56,8 +56,13 @@ def test_expert_ids_are_the_ones_llama_cpp_computed(cli: Cli, tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     expected = printed_topk(result.stdout)
     assert expected and all(expected.values())
+    trace = trace_reader.read(out)
+    # The UI's view: a track per layer, a slice per graph naming each token's experts.
+    drawn = {trace.track_name(s.track): s.name for s in trace.slices
+             if trace.track_name(s.track).startswith("experts layer ")}
+    assert drawn["experts layer 0"] == expected[0]
     routed: dict[int, set[str]] = {}
-    for s in trace_reader.read(out).slices:
+    for s in trace.slices:
         if s.args.get("op") == "MUL_MAT_ID":
             routed.setdefault(s.args["layer"], set()).add(s.args["experts"])
             assert "routing_cut" not in s.args
