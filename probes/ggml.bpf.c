@@ -101,6 +101,7 @@ struct seen {
     u64 signature; // of the tensor's bytes when it was last described
     u64 uses;
     u64 build;     // the graph build it was last checked in
+    u64 routes;    // its op routes tokens to experts (MUL_MAT_ID, ADD_ID)
 };
 BPF_HASH(described_as, u64, struct seen, MAX_TENSORS);
 BPF_ARRAY(graph_builds, u64, 1);
@@ -276,7 +277,16 @@ static __always_inline u64 signature(const u8 *b) {
 
 // Copy one tensor's descriptor into the nodes ring (counted as lost when it is full),
 // unless the last one sent for it still holds (graphs are reused from token to token).
-static __always_inline void describe(u64 ts, const void *tensor) {
+// Whether an op routes tokens to experts, from its tensor's bytes.
+static __always_inline u64 routes_of(const u8 *bytes) {
+    u32 op = 0;
+    __builtin_memcpy(&op, bytes + T_OP, 4);
+    return OP_MUL_MAT_ID >= 0 && (op == (u32)OP_MUL_MAT_ID || op == (u32)OP_ADD_ID);
+}
+
+// Send the node's descriptor unless it is known unchanged; returns whether its op routes tokens
+// to experts (known without reading the tensor on the cheap path).
+static __always_inline u64 describe(u64 ts, const void *tensor) {
     int zero = 0;
     u64 key = (u64)tensor;
     u64 *builds = graph_builds.lookup(&zero);
@@ -286,27 +296,28 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     // Checked since the last graph build: unchanged (the cheap path, most ops).
     if (seen && seen->build == build && (seen->uses + 1) % REFRESH_EVERY != 0) {
         seen->uses++;
-        return;
+        return seen->routes;
     }
 #endif
     struct tensor_bytes *t = scratch.lookup(&zero);
     if (!t)
-        return;
+        return 0;
     if (bpf_probe_read_user(t->b, T_SIZE, tensor) != 0) {
         __builtin_memset(t->b, 0, T_SIZE);
     }
     u64 sig = signature(t->b);
+    u64 routes = routes_of(t->b);
     if (seen && seen->signature == sig && ++seen->uses % REFRESH_EVERY != 0) {
         seen->build = build;
-        return;
+        return routes;
     }
-    struct seen fresh = {.signature = sig, .uses = 0, .build = build};
+    struct seen fresh = {.signature = sig, .uses = 0, .build = build, .routes = routes};
     described_as.update(&key, &fresh);
     struct node *n = nodes.ringbuf_reserve(sizeof(struct node));
     if (!n) {
         count_lost(RING_NODES);
         described_as.delete(&key);
-        return;
+        return routes;
     }
     u64 pid_tgid = bpf_get_current_pid_tgid();
     n->ts = ts;
@@ -324,7 +335,7 @@ static __always_inline void describe(u64 ts, const void *tensor) {
     struct tensor_bytes *sb = scratch.lookup(&one);
     if (!sb) {
         nodes.ringbuf_discard(n, BPF_RB_NO_WAKEUP);
-        return;
+        return routes;
     }
 #pragma unroll
     for (int i = 0; i < N_SRC; i++) {
@@ -346,6 +357,7 @@ static __always_inline void describe(u64 ts, const void *tensor) {
         __builtin_memcpy(&s->view_src, sb->b + T_VIEW_SRC, 8);
     }
     nodes.ringbuf_submit(n, BPF_RB_NO_WAKEUP);
+    return routes;
 }
 
 struct route {
@@ -365,10 +377,6 @@ struct route {
 BPF_RINGBUF_OUTPUT(routes, ROUTE_PAGES);
 
 static __always_inline void route(u64 ts, const u8 *tensor) {
-    u32 op = 0;
-    bpf_probe_read_user(&op, 4, tensor + T_OP);
-    if (op != OP_MUL_MAT_ID && op != OP_ADD_ID)
-        return;
     u64 ids = 0;
     bpf_probe_read_user(&ids, 8, tensor + T_SRC + 2 * 8);
     if (!ids)
@@ -408,6 +416,8 @@ static __always_inline void route(u64 ts, const u8 *tensor) {
         routes.ringbuf_submit(r, BPF_RB_NO_WAKEUP);
     }
 }
+#else
+static __always_inline void route(u64 ts, const u8 *tensor) {}
 #endif
 
 // One thread starts its share of a node (or of a fused node pair: `second` non-null).
@@ -453,16 +463,16 @@ static __always_inline int begin_op(const void *params, const void *first, const
     u64 ts = e->ts;
     submit(e);
     if (ith_nth[0] == 0) {
-#if ROUTING
-        route(ts, first);
-#endif
         // One copy of describe() for both tensors of a fused pair: two would not fit the stack.
         const void *tensors[2] = {first, second};
+        u64 routes = 0;
 #pragma nounroll
         for (int k = 0; k < 2; k++) {
-            if (tensors[k])
-                describe(ts, tensors[k]);
+            if (tensors[k] && describe(ts, tensors[k]) && k == 0)
+                routes = 1;
         }
+        if (routes)
+            route(ts, first);
     }
     return 0;
 }
