@@ -269,13 +269,14 @@ def record(
                     os.kill(pid, signal.SIGKILL)
                 launched.kill()
             raise
+        begin, cpu_at_begin = boot_ns(), time.process_time()
         if on_attached is not None:
             on_attached(pid)
         if watched:
             resume(pid)
         elif launched is not None:
             launched.release()
-        return _capture(session, request, probe_plan, pid, launched, stop,
+        return _capture(session, request, probe_plan, pid, launched, stop, begin, cpu_at_begin,
                         named=launched is not None and not watched)
 
 
@@ -304,17 +305,18 @@ def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
 
 
 def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePlan, pid: int,
-             launched: _Launched | None, stop: _Stop, named: bool) -> Recording:
-    """Drain the rings until the target ends; `named`: the target is the command itself (it has
-    not run yet, so its name is the command's), not a process found by following it."""
+             launched: _Launched | None, stop: _Stop, begin: int, cpu_at_begin: float,
+             named: bool) -> Recording:
+    """Drain the rings until the target ends; the capture began at `begin` (boot ns, with the
+    recorder's CPU time at `cpu_at_begin`), once the probes were in place and before the target
+    ran on. `named`: the target is the command itself (its name is the command's), not a
+    process found by following it."""
     selection = request.selection
     event_chunks: list[np.ndarray] = []
     node_chunks: list[np.ndarray] = []
     route_chunks: list[np.ndarray] = []
     op_stats: list[tuple[int, np.ndarray]] = []
     threads: dict[int, str] = {}
-    begin = boot_ns()
-    cpu_at_begin = time.process_time()
     if named and launched is not None:
         process_name, cmdline = Path(launched.command[0]).name, list(launched.command)
     else:
