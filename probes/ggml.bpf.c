@@ -20,8 +20,8 @@
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
 //   BATCH_EXT_POS BATCH_EXT_SEQ_IDS    a token's positions and sequence id set (0: unknown)
-//   ROUTING          1: the build has MUL_MAT_ID (OP_MUL_MAT_ID, OP_ADD_ID: their op ids, -1
-//                    for none): Mixture-of-Experts routing is read (struct route, ring routes)
+//   OP_MUL_MAT_ID OP_ADD_ID  their op ids, -1 for none; a build with MUL_MAT_ID has its
+//                    Mixture-of-Experts routing read (struct route, ring routes)
 //   T_NB             offset of nb in ggml_tensor
 //   USET_FIRST USET_NODE_VALUE         libstdc++'s unordered_set: first node, a node's value
 //   N_COUNTERS       perf counters read with perf_read (0, 1 or 2)
@@ -281,7 +281,7 @@ static __always_inline u64 signature(const u8 *b) {
 static __always_inline u64 routes_of(const u8 *bytes) {
     u32 op = 0;
     __builtin_memcpy(&op, bytes + T_OP, 4);
-    return OP_MUL_MAT_ID >= 0 && (op == (u32)OP_MUL_MAT_ID || op == (u32)OP_ADD_ID);
+    return op == (u32)OP_MUL_MAT_ID || op == (u32)OP_ADD_ID;
 }
 
 // Send the node's descriptor unless it is known unchanged; returns whether its op routes tokens
@@ -369,7 +369,7 @@ struct route {
     u32 pad;
     s32 ids[ROUTE_TOKENS][ROUTE_EXPERTS];  // -1 past the last token or expert
 };
-#if ROUTING
+#if OP_MUL_MAT_ID >= 0
 // The experts a Mixture-of-Experts op routes each token to: the I32 ids tensor, src[2] of
 // MUL_MAT_ID and ADD_ID, n_used ids per token in rows nb[1] apart, computed by the time the op
 // starts. Read in records of ROUTE_TOKENS tokens, up to ROUTE_CHUNKS records (the rest, and

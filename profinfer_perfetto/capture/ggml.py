@@ -92,6 +92,10 @@ class GgmlInfo:
     """The GNU build-id of the file with the op names: names the build when version does not."""
     sources: tuple[Source, ...] = field(default=(), compare=False)
 
+    def op_id(self, name: str) -> int:
+        """The id of the op named `name`, -1 where this ggml has none."""
+        return self.ops.index(name) if name in self.ops else -1
+
     def op_name(self, op: int) -> str:
         return self.ops[op] if 0 <= op < len(self.ops) else f"OP_{op}"
 

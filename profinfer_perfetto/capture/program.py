@@ -60,9 +60,8 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "GRAPH_BUILDS": int(graph_builds),
         "T_NAME": layout.name,
         "T_NB": layout.nb,
-        "ROUTING": int("MUL_MAT_ID" in ggml.ops),
-        "OP_MUL_MAT_ID": _op_id(ggml, "MUL_MAT_ID"),
-        "OP_ADD_ID": _op_id(ggml, "ADD_ID"),
+        "OP_MUL_MAT_ID": ggml.op_id("MUL_MAT_ID"),
+        "OP_ADD_ID": ggml.op_id("ADD_ID"),
         "ROUTE_PAGES": rings.route_pages,
         "T_SIZE": layout.size,
         "CGRAPH_N_NODES": runtime.cgraph_n_nodes,
@@ -90,10 +89,6 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "NAME_PREFIX_LEN": len(selection.name_prefix.encode()),
         "AGGREGATE": int(selection.aggregate),
     }
-
-
-def _op_id(ggml: GgmlInfo, name: str) -> int:
-    return ggml.ops.index(name) if name in ggml.ops else -1
 
 
 def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,

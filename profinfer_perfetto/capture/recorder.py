@@ -109,10 +109,11 @@ def require_root() -> None:
 
 
 def _op_id(ggml: GgmlInfo, name: str) -> int:
-    if name not in ggml.ops:
+    op = ggml.op_id(name)
+    if op < 0:
         raise ProfinferError(f"--ops: {name} is no op of ggml {ggml.version} "
                              "(op names are like MUL_MAT, FLASH_ATTN_EXT)")
-    return ggml.ops.index(name)
+    return op
 
 
 def boot_ns() -> int:
