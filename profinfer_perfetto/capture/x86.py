@@ -217,50 +217,39 @@ def element_field(insns: list[Insn], index: str, stride: int, lea: bool = False
     code loaded) that the first store (or, with `lea`, the first address taken) reaches, as
     (instruction, offset in the element): for code that adds the scaled index to the loaded
     pointer before it accesses the field (`lea (%rcx,%rsi,1),%rax; mov %edx,0x50(%rax)`)."""
-    scaled: dict[str, int] = {index: 1}  # register -> multiple of the index it holds (+ a pointer)
-
-    def coef(mem: Mem) -> int:
-        return scaled.get(mem.base, 0) + scaled.get(mem.index, 0) * mem.scale
-
+    known: dict[str, _Linear] = {index: _Linear(1, 0)}
     for insn in insns:
-        ops = insn.operands
-        last = len(ops) - 1
-        for pos, op in enumerate(ops):
-            if not isinstance(op, Mem) or coef(op) != stride:
+        last = len(insn.operands) - 1
+        for pos, op in enumerate(insn.operands):
+            if not isinstance(op, Mem):
+                continue
+            at = _address(op, known, pointers=True)
+            if at is None or at.coef != stride:
                 continue
             if (insn.kind == cx.X86_INS_LEA) if lea else (
                     pos == last and insn.kind == cx.X86_INS_MOV):
                 return insn, op.disp
-        dest = ops[-1] if ops and isinstance(ops[-1], str) else None
-        if dest is None or dest not in insn.written:
-            for reg in insn.written:
-                scaled.pop(reg, None)
-            continue
-        src = ops[0]
-        value = 0
-        if insn.kind == cx.X86_INS_LEA and isinstance(src, Mem):
-            value = coef(src)
-        elif insn.kind in (cx.X86_INS_MOV, cx.X86_INS_MOVSXD) and isinstance(src, str):
-            value = scaled.get(src, 0)
-        elif insn.kind == cx.X86_INS_SHL and isinstance(src, int):
-            value = scaled.get(dest, 0) << src
-        elif insn.kind == cx.X86_INS_ADD and isinstance(src, str):
-            value = scaled.get(dest, 0) + scaled.get(src, 0)
-        elif insn.kind == cx.X86_INS_IMUL and len(ops) == 3 and isinstance(src, int):
-            value = scaled.get(ops[1], 0) * src if isinstance(ops[1], str) else 0
+        result = _evaluate(insn, known, pointers=True)
         for reg in insn.written:
-            scaled.pop(reg, None)
-        if value:
-            scaled[dest] = value
+            known.pop(reg, None)
+        if result is not None:
+            known[result[0]] = result[1]
     return None
 
 
-def _address(mem: Mem, known: dict[str, _Linear]) -> _Linear | None:
-    """`base + index * scale` (without the displacement), None if a register is not known."""
-    if (mem.base and mem.base not in known) or (mem.index and mem.index not in known):
+_POINTER = _Linear(0, 0)
+"""With `pointers`, what an unknown register holds: a pointer the code loaded (its value does not
+matter, only the multiples of the index added to it)."""
+
+
+def _address(mem: Mem, known: dict[str, _Linear], pointers: bool = False) -> _Linear | None:
+    """`base + index * scale` (without the displacement), None if a register is not known
+    (unless `pointers`: then an unknown register is a loaded pointer)."""
+    if not pointers and ((mem.base and mem.base not in known)
+                         or (mem.index and mem.index not in known)):
         return None
-    base = known[mem.base] if mem.base else _Linear(0, 0)
-    index = known[mem.index] if mem.index else _Linear(0, 0)
+    base = known.get(mem.base, _POINTER) if mem.base else _Linear(0, 0)
+    index = known.get(mem.index, _POINTER) if mem.index else _Linear(0, 0)
     return _Linear(base.coef + index.coef * mem.scale, base.const + index.const * mem.scale)
 
 
@@ -276,28 +265,36 @@ def _indexed(insn: Insn, op: Operand, known: dict[str, _Linear]) -> Indexed | No
     return None
 
 
-def _evaluate(insn: Insn, known: dict[str, _Linear]) -> tuple[str, _Linear] | None:
-    """The linear value an instruction gives its destination register, if it has one."""
+def _evaluate(insn: Insn, known: dict[str, _Linear], pointers: bool = False
+              ) -> tuple[str, _Linear] | None:
+    """The linear value an instruction gives its destination register, if it has one (with
+    `pointers`, unknown registers are loaded pointers: see _address)."""
+
+    def value(reg: str) -> _Linear | None:
+        return known.get(reg, _POINTER if pointers else None)
+
     ops = insn.operands
     if not ops or not isinstance(ops[-1], str):
         return None
     dest, src = ops[-1], ops[0]
     if insn.kind == cx.X86_INS_LEA and isinstance(src, Mem):
-        at = _address(src, known)
+        at = _address(src, known, pointers)
         return (dest, _Linear(at.coef, at.const + src.disp)) if at is not None else None
     if insn.kind in (cx.X86_INS_MOV, cx.X86_INS_MOVSXD) and isinstance(src, str):
-        return (dest, known[src]) if src in known else None
+        moved = value(src)
+        return (dest, moved) if moved is not None else None
     if insn.kind == cx.X86_INS_IMUL and len(ops) == 3 and isinstance(src, int):
-        factor = ops[1]
-        if isinstance(factor, str) and factor in known:
-            return dest, _Linear(known[factor].coef * src, known[factor].const * src)
+        factor = value(ops[1]) if isinstance(ops[1], str) else None
+        if factor is not None:
+            return dest, _Linear(factor.coef * src, factor.const * src)
         return None
-    if dest not in known:
+    d = value(dest)
+    if d is None:
         return None
-    d = known[dest]
     if insn.kind == cx.X86_INS_SHL and isinstance(src, int):
         return dest, _Linear(d.coef << src, d.const << src)
-    if insn.kind in (cx.X86_INS_ADD, cx.X86_INS_SUB) and isinstance(src, str) and src in known:
+    added = value(src) if isinstance(src, str) else None
+    if insn.kind in (cx.X86_INS_ADD, cx.X86_INS_SUB) and added is not None:
         sign = 1 if insn.kind == cx.X86_INS_ADD else -1
-        return dest, _Linear(d.coef + sign * known[src].coef, d.const + sign * known[src].const)
+        return dest, _Linear(d.coef + sign * added.coef, d.const + sign * added.const)
     return None
