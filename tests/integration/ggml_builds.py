@@ -21,6 +21,9 @@ class Build:
     """name:block/size of each type, separated by semicolons (names may hold commas)."""
 
 
+_LAYOUT_2025 = TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152,
+                           n_src=10, view_src=232, data=248, name=256, name_len=64, size=336)
+"""struct ggml_tensor of every build from mid-2025 on (compiled offsetof)."""
 _TYPES_2025 = (
     "f32:1/4;f16:1/2;q4_0:32/18;q4_1:32/20;DEPRECATED:0/0;DEPRECATED:0/0;q5_0:32/22;"
     "q5_1:32/24;q8_0:32/34;q8_1:32/36;q2_K:256/84;q3_K:256/110;q4_K:256/144;"
@@ -73,8 +76,7 @@ BUILDS = {
         ),
     ),
     "0.3.14": Build(
-        layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152, n_src=10,
-                            view_src=232, data=248, name=256, name_len=64, size=336),
+        layout=_LAYOUT_2025,
         runtime=RuntimeLayout(4, 16, 0, 0),
         version="0.0.0",
         ops=(
@@ -100,8 +102,7 @@ BUILDS = {
         types=_TYPES_2025,
     ),
     "0.3.19": Build(
-        layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152, n_src=10,
-                            view_src=232, data=248, name=256, name_len=64, size=336),
+        layout=_LAYOUT_2025,
         runtime=RuntimeLayout(4, 16, 0, 0),
         version="0.9.8",
         ops=(
@@ -131,8 +132,7 @@ BUILDS = {
         ),
     ),
     "0.3.36": Build(
-        layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152, n_src=10,
-                            view_src=232, data=248, name=256, name_len=64, size=336),
+        layout=_LAYOUT_2025,
         runtime=RuntimeLayout(4, 16, 64, 96, batch_ext_pos=80, batch_ext_seq_ids=24),
         version="0.25.3",
         ops=(
