@@ -123,8 +123,9 @@ def test_python_bindings(cli: Cli, tmp_path: Path) -> None:
 def test_another_llama_cpp_beside_it_is_not_recorded(cli: Cli, tmp_path: Path) -> None:
     """The op probes are on the library file, which another process maps too: only the
     recorded process's ops are in the trace, while the other one runs ops of its own."""
-    # 20,000 tokens take tiny-llama most of a minute here; the recording a few seconds.
-    beside = subprocess.Popen(completion("--ignore-eos", "-c", "20100", tokens=20000),
+    # Generation without end (-n -1 with context shift): it runs until it is killed.
+    beside = subprocess.Popen(completion("--ignore-eos", "--context-shift", "-c", "256",
+                                         tokens=-1),
                               stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
