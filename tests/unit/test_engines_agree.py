@@ -33,7 +33,7 @@ from profinfer_perfetto.query.importer import BEGIN, END, INSTANT, _nest
 from tests import synthetic
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query" / "tiny-qwen3moe.pftrace"
-TP_BIN = os.environ.get("PROFINFER_TP_BIN")
+TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None  # scripts/test.sh exports it empty
 
 # Only the columns both engines have (the built-in tables have fewer; see importer.SCHEMA).
 TABLES = {

@@ -168,7 +168,7 @@ def _flagged_trace(path: Path) -> Path:
     return path
 
 
-@pytest.mark.skipif("PROFINFER_TP_BIN" not in os.environ, reason="needs PROFINFER_TP_BIN")
+@pytest.mark.skipif(not HAS_TP, reason="needs PROFINFER_TP_BIN")
 def test_what_trace_processor_flags_is_an_error_not_a_fallback(cli: Cli, tmp_path: Path) -> None:
     trace = _flagged_trace(tmp_path / "flagged.pftrace")
     for engine in ("auto", "trace_processor"):
