@@ -92,6 +92,12 @@ def record(
         typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
                      "the chosen steps (lowest overhead; a step may be missed on fast targets)."),
     ] = False,
+    sched: Annotated[
+        bool,
+        typer.Option("--sched", help="Also record every context switch and wakeup on the "
+                     "target's CPUs: CPU tracks, thread states, the CPU of each op and the "
+                     "`interference` metric."),
+    ] = False,
 ) -> None:
     """Trace a llama.cpp run (a command, or --pid) into a Perfetto trace."""
     counters = ["context-switches"] if counter is None else [c for c in counter if c != "none"]
@@ -111,6 +117,7 @@ def record(
         libs=tuple(lib or ()),
         rings=RingSizes(ring_pages, ring_pages),
         selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers),
+        sched=sched,
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
 

@@ -26,10 +26,12 @@ from profinfer_perfetto.capture.events import (
     ROUTE_CHUNKS,
     ROUTE_EXPERTS,
     ROUTE_TOKENS,
+    SCHED,
     SRC,
     STOP,
     Kind,
     Ring,
+    SchedKind,
     StopReason,
     TokenEntry,
 )
@@ -39,6 +41,8 @@ STRUCTS: Mapping[str, np.dtype] = {"event": EVENT, "src": SRC, "node": NODE, "op
 """C struct name -> the dtype that reads it (probes/ggml.bpf.c)."""
 WATCH_STRUCTS: Mapping[str, np.dtype] = {"stop": STOP}
 """The same, for probes/watch.bpf.c."""
+SCHED_STRUCTS: Mapping[str, np.dtype] = {"sched_event": SCHED}
+"""The same, for probes/sched.bpf.c."""
 
 
 def constants() -> dict[str, int]:
@@ -48,6 +52,7 @@ def constants() -> dict[str, int]:
         **{f"TOKEN_{entry.name}": entry.value for entry in TokenEntry},
         **{f"RING_{ring.name}": ring.value for ring in Ring},
         **{f"STOP_{reason.name}": reason.value for reason in StopReason},
+        **{f"SCHED_{kind.name}": kind.value for kind in SchedKind},
         "N_RINGS": len(Ring),
         **{f"BATCH_{field}": offset for field, offset in LLAMA_BATCH.items()},
         "BATCH_SCAN": BATCH_SCAN,

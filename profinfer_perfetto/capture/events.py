@@ -139,7 +139,32 @@ ROUTE = np.dtype(
 )
 """The experts a Mixture-of-Experts op sent ROUTE_TOKENS tokens to (struct route)."""
 
+class SchedKind(IntEnum):
+    """What a scheduling record (probes/sched.bpf.c) is."""
+
+    SWITCH = 1
+    """sched_switch: `tid` was switched in on `cpu`; the current task (prev_*) out."""
+    WAKING = 2
+    """sched_waking: `tid` was woken, by the current task (prev_*) on `cpu`, to `target_cpu`."""
+
+
+SCHED = np.dtype(
+    [
+        ("ts", "<u8"),
+        ("prev_state", "<i8"),
+        ("prev_tid", "<u4"),
+        ("prev_tgid", "<u4"),
+        ("tid", "<u4"),
+        ("prio", "<i4"),
+        ("cpu", "<u2"),
+        ("target_cpu", "<u2"),
+        ("kind", "<u4"),
+        ("comm", "S16"),
+    ]
+)
+"""A context switch or a wakeup (struct sched_event); `comm` is the switched-in or woken task's."""
+
 OP_STATS = np.dtype([("node", "<u8"), *OP_SHARES.descr])
 """One row per tensor: its pointer (the map's key), then its summed shares."""
 
-assert EVENT.itemsize == 56 and NODE.itemsize == 480
+assert EVENT.itemsize == 56 and NODE.itemsize == 480 and SCHED.itemsize == 56

@@ -6,13 +6,14 @@ known about the process, its threads and how the capture ended.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -23,6 +24,7 @@ from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.events import EVENT, NODE, ROUTE, Ring, StopReason
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
+from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, target_cpus
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
 from profinfer_perfetto.capture.target import Probe, ProbePlan
@@ -78,6 +80,8 @@ class Recording:
     """With --aggregate: (time, OP_STATS rows so far) read at every drain."""
     routes: np.ndarray = field(default_factory=lambda: np.empty(0, ROUTE))
     """Mixture-of-Experts routing records (ROUTE), where the build has such ops."""
+    sched: Scheduling | None = None
+    """With --sched: the context switches and wakeups on the target's CPUs."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ class RecordRequest:
     libs: tuple[Path, ...] = ()
     rings: RingSizes = field(default_factory=RingSizes)
     selection: Selection = field(default_factory=Selection)
+    sched: bool = False
+    """Also record every context switch and wakeup on the target's CPUs (capture/sched.py)."""
 
 
 def plan(request: RecordRequest) -> ProbePlan | None:
@@ -270,15 +276,35 @@ def record(
                     os.kill(pid, signal.SIGKILL)
                 launched.kill()
             raise
-        begin, cpu_at_begin = boot_ns(), time.process_time()
-        if on_attached is not None:
-            on_attached(pid)
-        if watched:
-            resume(pid)
-        elif launched is not None:
-            launched.release()
-        return _capture(session, request, probe_plan, pid, launched, stop, begin, cpu_at_begin,
-                        named=launched is not None and not watched)
+        named = launched is not None and not watched
+        with _sched_probes(request, pid) as (sched, sched_note):
+            capture = _Capture(session, request, probe_plan, pid, launched, named)
+            if sched_note:
+                capture.extra_notes.append(sched_note)
+            if on_attached is not None:
+                on_attached(pid)
+            if watched:
+                resume(pid)
+            elif launched is not None:
+                launched.release()
+            return capture.run(stop, sched)
+
+
+@contextlib.contextmanager
+def _sched_probes(request: RecordRequest, pid: int
+                  ) -> Iterator[tuple[SchedProbes | None, str | None]]:
+    """With --sched, the sched program on the target's CPUs (or, where the kernel cannot, none
+    and a warning for the recording's notes)."""
+    if not request.sched:
+        yield None, None
+        return
+    try:
+        probes = SchedProbes(target_cpus(pid))
+    except ProfinferError as exc:
+        yield None, f"warning: --sched: {exc}; the trace has no scheduling data"
+        return
+    with probes:
+        yield probes, None
 
 
 def _session(request: RecordRequest, probe_plan: ProbePlan) -> ProbeSession:
@@ -305,120 +331,151 @@ def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
     return tuple(p for p in probe_plan.probes if selection.barriers or p.fn != "barrier_enter")
 
 
-def _capture(session: ProbeSession, request: RecordRequest, probe_plan: ProbePlan, pid: int,
-             launched: _Launched | None, stop: _Stop, begin: int, cpu_at_begin: float,
-             named: bool) -> Recording:
-    """Drain the rings until the target ends; the capture began at `begin` (boot ns, with the
-    recorder's CPU time at `cpu_at_begin`), once the probes were in place and before the target
-    ran on. `named`: the target is the command itself (its name is the command's), not a
-    process found by following it."""
-    selection = request.selection
-    event_chunks: list[np.ndarray] = []
-    node_chunks: list[np.ndarray] = []
-    route_chunks: list[np.ndarray] = []
-    op_stats: list[tuple[int, np.ndarray]] = []
-    threads: dict[int, str] = {}
-    if named and launched is not None:
-        process_name, cmdline = Path(launched.command[0]).name, list(launched.command)
-    else:
-        cmdline = target.process_cmdline(pid)
-        process_name = Path(cmdline[0]).name if cmdline else target.process_name(pid)
-    deadline = None if request.duration_s is None else time.monotonic() + request.duration_s
-    status = "complete"
+class _Capture:
+    """Drains the rings until the target ends, then assembles the Recording.
 
-    def drain() -> None:
-        events, nodes, routes = session.read()
+    The capture began at `begin` (boot ns, with the recorder's CPU time at `cpu_at_begin`), once
+    the probes were in place and before the target ran on. `named`: the target is the command
+    itself (its name is the command's), not a process found by following it.
+    """
+
+    def __init__(self, session: ProbeSession, request: RecordRequest, probe_plan: ProbePlan,
+                 pid: int, launched: _Launched | None, named: bool) -> None:
+        self.session, self.request, self.probe_plan = session, request, probe_plan
+        self.pid, self.launched = pid, launched
+        self.events: list[np.ndarray] = []
+        self.nodes: list[np.ndarray] = []
+        self.routes: list[np.ndarray] = []
+        self.op_stats: list[tuple[int, np.ndarray]] = []
+        self.threads: dict[int, str] = {}
+        self.extra_notes: list[str] = []
+        if named and launched is not None:
+            self.process_name, self.cmdline = Path(launched.command[0]).name, list(launched.command)
+        else:
+            self.cmdline = target.process_cmdline(pid)
+            self.process_name = (Path(self.cmdline[0]).name if self.cmdline
+                                 else target.process_name(pid))
+        self.begin, self.cpu_at_begin = boot_ns(), time.process_time()
+
+    def drain(self, sched: SchedProbes | None) -> None:
+        events, nodes, routes = self.session.read()
         if routes.size:
-            route_chunks.append(routes)
+            self.routes.append(routes)
         if events.size:
-            event_chunks.append(events)
+            self.events.append(events)
             for tid in np.unique(events["tid"]).tolist():
-                if tid not in threads:
-                    threads[tid] = target.thread_name(pid, tid) or process_name
+                if tid not in self.threads:
+                    self.threads[tid] = (target.thread_name(self.pid, tid)
+                                         or self.process_name)
         if nodes.size:
-            node_chunks.append(nodes)
-        if selection.aggregate:
-            op_stats.append((boot_ns(), session.op_stats()))
+            self.nodes.append(nodes)
+        if self.request.selection.aggregate:
+            self.op_stats.append((boot_ns(), self.session.op_stats()))
+        if sched is not None:
+            sched.drain()
 
-    steering = threading.Event()
-    op_probes = tuple(p for p in _probes(selection, probe_plan) if p.fn in OP_PROBES)
+    def until_end(self, stop: _Stop, sched: SchedProbes | None) -> str:
+        """Drain until the target ends, the duration passes or the recorder is stopped; how
+        the capture ended."""
+        duration = self.request.duration_s
+        deadline = None if duration is None else time.monotonic() + duration
+        proc = None if self.launched is None else self.launched.proc
+        while True:
+            time.sleep(DRAIN_INTERVAL_S)
+            self.drain(sched)
+            if self.launched is not None and (ended := self.launched.ended()) is not None:
+                return ended
+            if self.launched is None and not target.is_alive(self.pid):
+                return "complete"
+            if stop.signal is not None:
+                if proc is not None:
+                    proc.send_signal(stop.signal)
+                    proc.wait()
+                return f"recorder stopped by {signal.Signals(stop.signal).name}"
+            if deadline is not None and time.monotonic() >= deadline:
+                if proc is None:
+                    return "complete"
+                proc.terminate()
+                proc.wait()
+                return "duration reached"
 
-    def steer() -> None:
+    def steer(self, done: threading.Event) -> None:
         """With --detach: op probes attached only while a chosen step runs or is next.
 
         Runs in its own thread, asleep until the probes ask for a change (or the capture
         ends): detaching uprobes waits for the kernel (0.7-0.9 s on Linux 6.18),
         so chosen steps closer than that can be missed.
         """
-        while not steering.is_set():
+        selection, session = self.request.selection, self.session
+        op_probes = tuple(p for p in _probes(selection, self.probe_plan) if p.fn in OP_PROBES)
+        while not done.is_set():
             session.wait_for_steer(STEER_WAIT_S)
             step, armed = session.gate()
             want = selection.selected(step) or (step > 0 and selection.selected(step - 1))
             if want and not armed:
-                session.attach(op_probes, pid)
+                session.attach(op_probes, self.pid)
                 session.arm(True)
             elif armed and not want:
                 session.arm(False)
                 session.detach(op_probes)
 
-    steerer = threading.Thread(target=steer, daemon=True)
-    if selection.detach:
-        steerer.start()
-    proc = None if launched is None else launched.proc
-    while True:
-        time.sleep(DRAIN_INTERVAL_S)
-        drain()
-        if launched is not None and (ended := launched.ended()) is not None:
-            status = ended
-            break
-        if launched is None and not target.is_alive(pid):
-            break
-        if stop.signal is not None:
-            status = f"recorder stopped by {signal.Signals(stop.signal).name}"
-            if proc is not None:
-                proc.send_signal(stop.signal)
-                proc.wait()
-            break
-        if deadline is not None and time.monotonic() >= deadline:
-            status = "complete" if proc is None else "duration reached"
-            if proc is not None:
-                proc.terminate()
-                proc.wait()
-            break
-    steering.set()
-    if selection.detach:
-        steerer.join()
-    drain()
-    end = boot_ns()
-    recorder_cpu = time.process_time() - cpu_at_begin
-    lost = session.lost()
-    notes = list(probe_plan.notes) + ([] if selection.barriers else [
-        "--no-barriers: an op lasts until its thread's next op, barrier wait included"])
-    if lost[Ring.ROUTES]:
-        notes.append(f"{lost[Ring.ROUTES]} routing records lost to a full ring: some "
-                     "Mixture-of-Experts ops have no expert ids")
-    run = Run(
-        ggml=probe_plan.ggml,
-        pid=pid,
-        process_name=process_name,
-        cmdline=cmdline,
-        threads=threads,
-        counters=list(request.counters),
-        lost_events=lost[Ring.EVENTS],
-        lost_nodes=lost[Ring.NODES],
-        begin_ns=begin,
-        end_ns=end,
-        status=status,
-        notes=notes,
-        recorder_cpu_s=round(recorder_cpu, 3),
-        aggregate=selection.aggregate,
-        probe_costs=session.costs(),
-        from_start=launched is not None,
-    )
-    return Recording(
-        events=np.concatenate(event_chunks) if event_chunks else np.empty(0, EVENT),
-        nodes=np.concatenate(node_chunks) if node_chunks else np.empty(0, NODE),
-        run=run,
-        op_stats=op_stats,
-        routes=np.concatenate(route_chunks) if route_chunks else np.empty(0, ROUTE),
-    )
+    def run(self, stop: _Stop, sched: SchedProbes | None) -> Recording:
+        done = threading.Event()
+        steerer = threading.Thread(target=self.steer, args=(done,), daemon=True)
+        if self.request.selection.detach:
+            steerer.start()
+        status = self.until_end(stop, sched)
+        done.set()
+        if steerer.is_alive():
+            steerer.join()
+        self.drain(sched)
+        scheduling = None if sched is None else sched.result()
+        return self.recording(status, scheduling, sched.costs() if sched is not None else {})
+
+    def notes(self, lost: dict[Ring, int], scheduling: Scheduling | None) -> list[str]:
+        notes = list(self.probe_plan.notes) + self.extra_notes
+        if not self.request.selection.barriers:
+            notes.append("--no-barriers: an op lasts until its thread's next op, barrier wait "
+                         "included")
+        if lost[Ring.ROUTES]:
+            notes.append(f"{lost[Ring.ROUTES]} routing records lost to a full ring: some "
+                         "Mixture-of-Experts ops have no expert ids")
+        if scheduling is not None and scheduling.lost:
+            notes.append(f"{scheduling.lost} scheduling records lost to a full ring: CPU tracks "
+                         "have gaps")
+        return notes
+
+    def recording(self, status: str, scheduling: Scheduling | None,
+                  sched_costs: dict[str, ProbeCost]) -> Recording:
+        end = boot_ns()
+        lost = self.session.lost()
+        run = Run(
+            ggml=self.probe_plan.ggml,
+            pid=self.pid,
+            process_name=self.process_name,
+            cmdline=self.cmdline,
+            threads=self.threads,
+            counters=list(self.request.counters),
+            lost_events=lost[Ring.EVENTS],
+            lost_nodes=lost[Ring.NODES],
+            begin_ns=self.begin,
+            end_ns=end,
+            status=status,
+            notes=self.notes(lost, scheduling),
+            recorder_cpu_s=round(time.process_time() - self.cpu_at_begin, 3),
+            aggregate=self.request.selection.aggregate,
+            probe_costs={**self.session.costs(), **sched_costs},
+            from_start=self.launched is not None,
+        )
+        return Recording(
+            events=_joined(self.events, EVENT),
+            nodes=_joined(self.nodes, NODE),
+            run=run,
+            op_stats=self.op_stats,
+            routes=_joined(self.routes, ROUTE),
+            sched=scheduling,
+        )
+
+
+def _joined(chunks: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    return np.concatenate(chunks) if chunks else np.empty(0, dtype)

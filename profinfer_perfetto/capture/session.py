@@ -82,6 +82,22 @@ class ProbeCost:
     ns: int
 
 
+def program_costs(bpf: Any) -> dict[str, ProbeCost]:
+    """Per BPF program of `bpf` that ran: runs and time, from its fdinfo (empty without
+    stats)."""
+    costs = {}
+    for name, fn in bpf.funcs.items():
+        try:
+            info = Path(f"/proc/self/fdinfo/{fn.fd}").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in info.splitlines() if ":\t" in line)
+        runs = int(fields.get("run_cnt", "0"))
+        if runs:
+            costs[name.decode()] = ProbeCost(runs, int(fields.get("run_time_ns", "0")))
+    return costs
+
+
 class ProbeSession:
     """The loaded program, its uprobes on one process and the readers of its rings."""
 
@@ -174,18 +190,7 @@ class ProbeSession:
         return self.events.read(), self.nodes.read(), routes
 
     def costs(self) -> dict[str, ProbeCost]:
-        """Per BPF program that ran: runs and time, from its fdinfo (empty without stats)."""
-        costs = {}
-        for name, fn in self._bpf.funcs.items():
-            try:
-                info = Path(f"/proc/self/fdinfo/{fn.fd}").read_text()
-            except OSError:
-                continue
-            fields = dict(line.split(":\t", 1) for line in info.splitlines() if ":\t" in line)
-            runs = int(fields.get("run_cnt", "0"))
-            if runs:
-                costs[name.decode()] = ProbeCost(runs, int(fields.get("run_time_ns", "0")))
-        return costs
+        return program_costs(self._bpf)
 
     def close(self) -> None:
         if self._stats_fd is not None:

@@ -4,7 +4,8 @@ Sequences (each a trusted packet sequence with its own incremental state):
 - 1 holds the track descriptors;
 - 2 the events of tracks that are no thread (the recording, tokens/s, aggregate counters);
 - 3, 4, ... one per thread: its slices, with its perf-counter tracks sampled as extra counter
-  values.
+  values;
+- with --sched, one more for the scheduling's ftrace bundles (encode/sched.py).
 Each event sequence starts with a packet that clears its state and sets what its events then
 leave out: the interned names, a sequence-scoped incremental clock (a clock snapshot against
 CLOCK_BOOTTIME, so each event's timestamp is the delta from the sequence's previous one) and
@@ -24,6 +25,7 @@ from typing import IO
 import numpy as np
 
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
+from profinfer_perfetto.encode.sched import sched_packets
 from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
 from profinfer_perfetto.model.names import counter_arg
@@ -162,7 +164,13 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
             pending.append(pool.submit(zlib.compress, chunk, COMPRESSION_LEVEL))
             while pending and (len(pending) > 2 or start + CHUNK_ROWS >= len(layout)):
                 out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
-    return heads + len(layout)
+    written = heads + len(layout)
+    if layout.sched is not None:
+        for packet in sched_packets(layout.sched, layout.pid, t0,
+                                    max(sequences.default_track) + 1):
+            _packet(out, packet)
+            written += 1
+    return written
 
 
 class _Events:

@@ -14,7 +14,7 @@ class Trace(_message.Message):
     def __init__(self, packet: _Optional[_Iterable[_Union[TracePacket, _Mapping]]] = ...) -> None: ...
 
 class TracePacket(_message.Message):
-    __slots__ = ("timestamp", "timestamp_clock_id", "trusted_packet_sequence_id", "interned_data", "sequence_flags", "first_packet_on_sequence", "previous_packet_dropped", "trace_packet_defaults", "track_event", "track_descriptor", "clock_snapshot", "compressed_packets")
+    __slots__ = ("timestamp", "timestamp_clock_id", "trusted_packet_sequence_id", "interned_data", "sequence_flags", "first_packet_on_sequence", "previous_packet_dropped", "trace_packet_defaults", "track_event", "track_descriptor", "clock_snapshot", "compressed_packets", "ftrace_events", "process_tree", "system_info")
     class SequenceFlags(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SEQ_UNSPECIFIED: _ClassVar[TracePacket.SequenceFlags]
@@ -35,6 +35,9 @@ class TracePacket(_message.Message):
     TRACK_DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
     CLOCK_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     COMPRESSED_PACKETS_FIELD_NUMBER: _ClassVar[int]
+    FTRACE_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_TREE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_INFO_FIELD_NUMBER: _ClassVar[int]
     timestamp: int
     timestamp_clock_id: int
     trusted_packet_sequence_id: int
@@ -47,7 +50,10 @@ class TracePacket(_message.Message):
     track_descriptor: TrackDescriptor
     clock_snapshot: ClockSnapshot
     compressed_packets: bytes
-    def __init__(self, timestamp: _Optional[int] = ..., timestamp_clock_id: _Optional[int] = ..., trusted_packet_sequence_id: _Optional[int] = ..., interned_data: _Optional[_Union[InternedData, _Mapping]] = ..., sequence_flags: _Optional[int] = ..., first_packet_on_sequence: _Optional[bool] = ..., previous_packet_dropped: _Optional[int] = ..., trace_packet_defaults: _Optional[_Union[TracePacketDefaults, _Mapping]] = ..., track_event: _Optional[_Union[TrackEvent, _Mapping]] = ..., track_descriptor: _Optional[_Union[TrackDescriptor, _Mapping]] = ..., clock_snapshot: _Optional[_Union[ClockSnapshot, _Mapping]] = ..., compressed_packets: _Optional[bytes] = ...) -> None: ...
+    ftrace_events: FtraceEventBundle
+    process_tree: ProcessTree
+    system_info: SystemInfo
+    def __init__(self, timestamp: _Optional[int] = ..., timestamp_clock_id: _Optional[int] = ..., trusted_packet_sequence_id: _Optional[int] = ..., interned_data: _Optional[_Union[InternedData, _Mapping]] = ..., sequence_flags: _Optional[int] = ..., first_packet_on_sequence: _Optional[bool] = ..., previous_packet_dropped: _Optional[int] = ..., trace_packet_defaults: _Optional[_Union[TracePacketDefaults, _Mapping]] = ..., track_event: _Optional[_Union[TrackEvent, _Mapping]] = ..., track_descriptor: _Optional[_Union[TrackDescriptor, _Mapping]] = ..., clock_snapshot: _Optional[_Union[ClockSnapshot, _Mapping]] = ..., compressed_packets: _Optional[bytes] = ..., ftrace_events: _Optional[_Union[FtraceEventBundle, _Mapping]] = ..., process_tree: _Optional[_Union[ProcessTree, _Mapping]] = ..., system_info: _Optional[_Union[SystemInfo, _Mapping]] = ...) -> None: ...
 
 class TracePacketDefaults(_message.Message):
     __slots__ = ("timestamp_clock_id", "track_event_defaults")
@@ -235,3 +241,82 @@ class InternedString(_message.Message):
     iid: int
     str: bytes
     def __init__(self, iid: _Optional[int] = ..., str: _Optional[bytes] = ...) -> None: ...
+
+class FtraceEventBundle(_message.Message):
+    __slots__ = ("cpu", "compact_sched")
+    class CompactSched(_message.Message):
+        __slots__ = ("intern_table", "switch_timestamp", "switch_prev_state", "switch_next_pid", "switch_next_prio", "switch_next_comm_index", "waking_timestamp", "waking_pid", "waking_target_cpu", "waking_prio", "waking_comm_index", "waking_common_flags")
+        INTERN_TABLE_FIELD_NUMBER: _ClassVar[int]
+        SWITCH_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+        SWITCH_PREV_STATE_FIELD_NUMBER: _ClassVar[int]
+        SWITCH_NEXT_PID_FIELD_NUMBER: _ClassVar[int]
+        SWITCH_NEXT_PRIO_FIELD_NUMBER: _ClassVar[int]
+        SWITCH_NEXT_COMM_INDEX_FIELD_NUMBER: _ClassVar[int]
+        WAKING_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+        WAKING_PID_FIELD_NUMBER: _ClassVar[int]
+        WAKING_TARGET_CPU_FIELD_NUMBER: _ClassVar[int]
+        WAKING_PRIO_FIELD_NUMBER: _ClassVar[int]
+        WAKING_COMM_INDEX_FIELD_NUMBER: _ClassVar[int]
+        WAKING_COMMON_FLAGS_FIELD_NUMBER: _ClassVar[int]
+        intern_table: _containers.RepeatedScalarFieldContainer[str]
+        switch_timestamp: _containers.RepeatedScalarFieldContainer[int]
+        switch_prev_state: _containers.RepeatedScalarFieldContainer[int]
+        switch_next_pid: _containers.RepeatedScalarFieldContainer[int]
+        switch_next_prio: _containers.RepeatedScalarFieldContainer[int]
+        switch_next_comm_index: _containers.RepeatedScalarFieldContainer[int]
+        waking_timestamp: _containers.RepeatedScalarFieldContainer[int]
+        waking_pid: _containers.RepeatedScalarFieldContainer[int]
+        waking_target_cpu: _containers.RepeatedScalarFieldContainer[int]
+        waking_prio: _containers.RepeatedScalarFieldContainer[int]
+        waking_comm_index: _containers.RepeatedScalarFieldContainer[int]
+        waking_common_flags: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, intern_table: _Optional[_Iterable[str]] = ..., switch_timestamp: _Optional[_Iterable[int]] = ..., switch_prev_state: _Optional[_Iterable[int]] = ..., switch_next_pid: _Optional[_Iterable[int]] = ..., switch_next_prio: _Optional[_Iterable[int]] = ..., switch_next_comm_index: _Optional[_Iterable[int]] = ..., waking_timestamp: _Optional[_Iterable[int]] = ..., waking_pid: _Optional[_Iterable[int]] = ..., waking_target_cpu: _Optional[_Iterable[int]] = ..., waking_prio: _Optional[_Iterable[int]] = ..., waking_comm_index: _Optional[_Iterable[int]] = ..., waking_common_flags: _Optional[_Iterable[int]] = ...) -> None: ...
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_SCHED_FIELD_NUMBER: _ClassVar[int]
+    cpu: int
+    compact_sched: FtraceEventBundle.CompactSched
+    def __init__(self, cpu: _Optional[int] = ..., compact_sched: _Optional[_Union[FtraceEventBundle.CompactSched, _Mapping]] = ...) -> None: ...
+
+class ProcessTree(_message.Message):
+    __slots__ = ("processes", "threads")
+    class Thread(_message.Message):
+        __slots__ = ("tid", "tgid", "name")
+        TID_FIELD_NUMBER: _ClassVar[int]
+        TGID_FIELD_NUMBER: _ClassVar[int]
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        tid: int
+        tgid: int
+        name: str
+        def __init__(self, tid: _Optional[int] = ..., tgid: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+    class Process(_message.Message):
+        __slots__ = ("pid", "ppid", "cmdline")
+        PID_FIELD_NUMBER: _ClassVar[int]
+        PPID_FIELD_NUMBER: _ClassVar[int]
+        CMDLINE_FIELD_NUMBER: _ClassVar[int]
+        pid: int
+        ppid: int
+        cmdline: _containers.RepeatedScalarFieldContainer[str]
+        def __init__(self, pid: _Optional[int] = ..., ppid: _Optional[int] = ..., cmdline: _Optional[_Iterable[str]] = ...) -> None: ...
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    processes: _containers.RepeatedCompositeFieldContainer[ProcessTree.Process]
+    threads: _containers.RepeatedCompositeFieldContainer[ProcessTree.Thread]
+    def __init__(self, processes: _Optional[_Iterable[_Union[ProcessTree.Process, _Mapping]]] = ..., threads: _Optional[_Iterable[_Union[ProcessTree.Thread, _Mapping]]] = ...) -> None: ...
+
+class SystemInfo(_message.Message):
+    __slots__ = ("utsname",)
+    UTSNAME_FIELD_NUMBER: _ClassVar[int]
+    utsname: Utsname
+    def __init__(self, utsname: _Optional[_Union[Utsname, _Mapping]] = ...) -> None: ...
+
+class Utsname(_message.Message):
+    __slots__ = ("sysname", "version", "release", "machine")
+    SYSNAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    sysname: str
+    version: str
+    release: str
+    machine: str
+    def __init__(self, sysname: _Optional[str] = ..., version: _Optional[str] = ..., release: _Optional[str] = ..., machine: _Optional[str] = ...) -> None: ...

@@ -16,8 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from profinfer_perfetto import __version__
+from profinfer_perfetto.capture.sched import Scheduling
 from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.names import (
+    CPU_ARG,
     RECORD_SLICE,
     RECORDING_TRACK,
     WAIT_SLICE,
@@ -91,6 +93,8 @@ class Layout:
     """(rows, counters): an op's count during its work, an arg `counter_arg(NAME)` of its slice
     begin; -1 for none, and for a count of 0 (most ops see no context switch: an arg on each
     would cost trace_processor a parse per op)."""
+    sched: Scheduling | None = None
+    """With --sched: the context switches and wakeups, written as Perfetto's own sched data."""
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -285,6 +289,7 @@ class _LayoutBuilder:
             counter_value=counter_value,
             counter_names=list(model.run.counters),
             counter_delta=counter_delta,
+            sched=model.sched,
         )
 
     def token_steps(self, thread: dict[int, int]) -> None:
@@ -339,6 +344,8 @@ class _LayoutBuilder:
         name = np.array(names, np.int64)[which]
         arg = np.where(_described(ops), np.array(args, np.int64)[which],
                        np.array(shares, np.int64)[which])
+        if model.sched is not None:
+            arg = self._with_cpu(arg, ops.cpu)
         track = np.array([thread[t] for t in ops.tid.tolist()], np.int64)
         depth = np.where(caller, 2, 1)
         begin_rows = np.empty(len(ops), np.int64)
@@ -353,6 +360,13 @@ class _LayoutBuilder:
             waits = sel[ops.end[sel] > work_end[sel]]
             self.rows.slices(track[waits], work_end[waits], ops.end[waits], d, wait)
         return begin_rows, end_rows
+
+    def _with_cpu(self, arg: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+        """Each op's arg set with the CPU it began on."""
+        pairs, which = np.unique(np.stack([arg, cpu.astype(np.int64)], 1), axis=0,
+                                 return_inverse=True)
+        ids = [self.arg_set((*self.arg_sets[a], (CPU_ARG, c))) for a, c in pairs.tolist()]
+        return np.array(ids, np.int64)[which.reshape(-1)]
 
     def expert_routing(self) -> None:
         """With Mixture-of-Experts routing: a track per layer, `experts layer L`, with a slice per
@@ -462,6 +476,9 @@ def _recording_args(model: TraceModel) -> Args:
         ("counters", ",".join(model.run.counters)),
         ("command", " ".join(model.run.cmdline)),
     ]
+    if model.sched is not None:
+        args += [("sched_cpus", ",".join(map(str, model.sched.cpus))),
+                 ("sched_records", len(model.sched.records)), ("sched_lost", model.sched.lost)]
     for fn, cost in sorted(model.run.probe_costs.items()):
         runs, ns_per_run = probe_args(fn)
         args += [(runs, cost.runs), (ns_per_run, round(cost.ns / cost.runs))]

@@ -15,6 +15,8 @@ RECORD_SLICE = "record"
 """The recording itself: status, losses, settings, probe costs."""
 WAIT_SLICE = "barrier wait"
 """A thread's wait at the barrier after its share of an op."""
+CPU_ARG = "cpu"
+"""With --sched: an op slice's arg, the CPU its thread began the op on."""
 
 ARG_KEY_PREFIX = "debug."
 COUNTER_ARG_PREFIX = "counter_"

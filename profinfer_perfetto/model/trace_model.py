@@ -29,6 +29,7 @@ from profinfer_perfetto.capture.events import (
     TokenEntry,
 )
 from profinfer_perfetto.capture.recorder import Recording, Run
+from profinfer_perfetto.capture.sched import Scheduling
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(1 << 63)
@@ -149,6 +150,8 @@ class TraceModel:
     """Op events outside any graph (a capture that began mid-graph)."""
     routing: dict[int, Routing] = field(default_factory=dict)
     """Node index -> the experts its Mixture-of-Experts op routed each token to."""
+    sched: Scheduling | None = None
+    """With --sched: the context switches and wakeups on the target's CPUs."""
 
     def op_label(self, node: int, fused: int) -> tuple[str, str]:
         """The op (sub-op for UNARY and GLU, `A+B` for a fused pair) and the tensor name."""
@@ -375,6 +378,7 @@ def build(recording: Recording) -> TraceModel:
         descriptors=recording.nodes,
         dropped_ops=dropped + int(np.count_nonzero(~known & traced)),
         routing=_routing(recording.routes, nodes, ops),
+        sched=recording.sched,
     )
 
 

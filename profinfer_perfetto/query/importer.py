@@ -39,6 +39,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import IntEnum
 from itertools import islice
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,7 +50,8 @@ from google.protobuf.message import DecodeError
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.names import arg_key
-from profinfer_perfetto.query import sqlite_image, wirescan
+from profinfer_perfetto.query import sched_import, sqlite_image, wirescan
+from profinfer_perfetto.query.sched_import import SchedEvents
 from profinfer_perfetto.query.sqlite_image import Column
 from profinfer_perfetto.query.wirescan import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT
 
@@ -65,6 +67,10 @@ SCHEMA = {
     "counter": ("id INTEGER PRIMARY KEY", "ts INTEGER", "track_id INTEGER", "value REAL",
                 "arg_set_id INTEGER"),
     "flow": ("id INTEGER PRIMARY KEY", "slice_out INTEGER", "slice_in INTEGER"),
+    "sched": ("id INTEGER PRIMARY KEY", "ts INTEGER", "dur INTEGER", "cpu INTEGER",
+              "utid INTEGER", "end_state TEXT", "priority INTEGER"),
+    "thread_state": ("id INTEGER PRIMARY KEY", "ts INTEGER", "dur INTEGER", "cpu INTEGER",
+                     "utid INTEGER", "state TEXT", "waker_utid INTEGER"),
     "args": ("id INTEGER PRIMARY KEY", "arg_set_id INTEGER", "flat_key TEXT", "key TEXT",
              "int_value INTEGER", "string_value TEXT", "real_value REAL", "value_type TEXT",
              "display_value TEXT"),
@@ -340,6 +346,14 @@ class _Descriptor:
     utid: int | None = None
 
 
+class NamedBy(IntEnum):
+    """Who named a thread: a name from a higher source is not replaced by a lower one's."""
+
+    SCHEDULER = 1
+    PROCESS_TREE = 2
+    DESCRIPTOR = 3
+
+
 class _Threads:
     """Processes and threads as trace_processor numbers them: the swapper rows first, a
     process with its main thread."""
@@ -349,8 +363,9 @@ class _Threads:
         self.threads: list[list[Any]] = [[0, 0, "swapper", 0]]
         self.upid: dict[int, int] = {0: 0}
         self.utid: dict[int, int] = {0: 0}
+        self.named_by: dict[int, NamedBy] = {0: NamedBy.DESCRIPTOR}
 
-    def process(self, pid: int, name: str | None = None) -> int:
+    def process(self, pid: int, name: str | None = None, cmdline: str | None = None) -> int:
         upid = self.upid.get(pid)
         if upid is None:
             upid = self.upid[pid] = len(self.processes)
@@ -358,19 +373,33 @@ class _Threads:
             if pid not in self.utid:
                 self.utid[pid] = len(self.threads)
                 self.threads.append([len(self.threads), pid, None, upid])
+            elif self.threads[self.utid[pid]][3] is None:  # the scheduler saw it first
+                self.threads[self.utid[pid]][3] = upid
         if name:
             self.processes[upid][2] = name
+        if cmdline:
+            self.processes[upid][3] = cmdline
         return upid
 
-    def thread(self, tid: int, pid: int, name: str | None = None) -> int:
-        upid = self.process(pid)
+    def thread(self, tid: int, pid: int | None, name: str | None = None,
+               named_by: NamedBy = NamedBy.DESCRIPTOR) -> int:
+        """A thread (of process `pid`, where known), named `name` unless a higher source named
+        it."""
+        upid = None if pid is None else self.process(pid)
         utid = self.utid.get(tid)
         if utid is None:
             utid = self.utid[tid] = len(self.threads)
             self.threads.append([utid, tid, None, upid])
-        if name:
+        elif upid is not None:
+            self.threads[utid][3] = upid
+        if name and named_by >= self.named_by.get(utid, named_by):
             self.threads[utid][2] = name
+            self.named_by[utid] = named_by
         return utid
+
+    def scheduled(self, tid: int, comm: str) -> int:
+        """A task the scheduler switched to or woke, named by it."""
+        return self.thread(tid, None, comm, NamedBy.SCHEDULER)
 
 
 class _Events:
@@ -601,6 +630,7 @@ class _Reader:
         self.descriptors: dict[int, _Descriptor] = {}
         self.sequences: dict[int, _Sequence] = {}
         self.events = _Events()
+        self.sched = SchedEvents()
         self.thread_keys: dict[tuple[int, int], int] = {}
         """(pid, tid) of a sequence's described thread -> its index (an event's `thread`)."""
         self.track_codes: dict[int, int] = {}
@@ -667,6 +697,18 @@ class _Reader:
             self._descriptor(packet.track_descriptor, seq)
         elif kind == "clock_snapshot":
             seq.snapshot(packet.clock_snapshot)
+        elif kind == "ftrace_events":
+            self.sched.add(packet.ftrace_events)
+        elif kind == "process_tree":
+            self._process_tree(packet.process_tree)
+
+    def _process_tree(self, tree: Any) -> None:
+        for p in tree.processes:
+            cmdline = list(p.cmdline)
+            self.threads.process(p.pid, cmdline[0] if cmdline else None,
+                                 " ".join(cmdline) or None)
+        for t in tree.threads:
+            self.threads.thread(t.tid, t.tgid, t.name, NamedBy.PROCESS_TREE)
 
     def _descriptor(self, d: Any, seq: _Sequence) -> None:
         if d.HasField("thread"):
@@ -1180,7 +1222,10 @@ def _store(reader: _Reader, t: _Tables, pool: ThreadPoolExecutor) -> sqlite3.Con
     else:
         db.executescript(";".join(map(_create, SCHEMA)))
         left = list(big)
+    sched, thread_state = sched_import.tables(reader.sched, reader.threads.scheduled)
     rows: dict[str, Iterable[Sequence[Any]]] = {
+        "sched": ((i, *row) for i, row in enumerate(sched)),
+        "thread_state": ((i, *row) for i, row in enumerate(thread_state)),
         "process": reader.threads.processes, "thread": reader.threads.threads,
         "track": t.tracks, "thread_track": t.thread_tracks,
         "counter_track": t.counter_tracks, "args": ((i, *row) for i, row in enumerate(t.args)),

@@ -1,0 +1,163 @@
+"""Scheduling (record --sched): every context switch and wakeup on the target's CPUs.
+
+The sched program (probes/sched.bpf.c) watches the CPUs the target may run on (its threads'
+affinity when the capture starts) for as long as the capture lasts. What it hands over is
+completed here with what only /proc knows, while the tasks are still there: each task's process
+and each process's command line, so the trace can say who ran instead of the target.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from profinfer_perfetto.capture import abi, target
+from profinfer_perfetto.capture.events import SCHED
+from profinfer_perfetto.capture.program import probe_source
+from profinfer_perfetto.capture.ringbuf import RingReader
+from profinfer_perfetto.capture.session import ProbeCost, import_bcc, program_costs
+from profinfer_perfetto.errors import ProfinferError
+
+SCHED_PAGES = 1024
+"""The sched ring: 4 MiB, 65536 records, the switches of a busy CPU over several drains."""
+TRACEPOINTS = ("sched_switch", "sched_waking")
+
+
+def sched_text(max_cpus: int) -> str:
+    """The exact sched program BCC compiles."""
+    return (abi.c_defines({"MAX_CPUS": max_cpus, "SCHED_PAGES": SCHED_PAGES}) + abi.header()
+            + probe_source("sched.bpf.c") + abi.layout_checks(abi.SCHED_STRUCTS))
+
+
+def target_cpus(pid: int) -> list[int]:
+    """The CPUs any thread of `pid` may run on."""
+    cpus: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            cpus |= os.sched_getaffinity(int(task.name))
+        except OSError:  # the thread ended
+            continue
+    return sorted(cpus)
+
+
+@dataclass
+class Task:
+    """A task that was scheduled on a watched CPU."""
+
+    tgid: int
+    """Its process; 0 when it ended before it could be looked up."""
+    name: str
+
+
+@dataclass
+class Scheduling:
+    """What the sched program saw, with the tasks and processes it names."""
+
+    records: np.ndarray
+    """SCHED records in time order."""
+    cpus: list[int]
+    tasks: dict[int, Task] = field(default_factory=dict)
+    """tid -> its process and name (the idle task, tid 0, is not here)."""
+    programs: dict[int, str] = field(default_factory=dict)
+    """Process id -> its program (argv[0]; the arguments are its own business), or its name for
+    kernel threads and processes that ended before they could be looked up."""
+    kernel: tuple[str, str, str, str] = ("", "", "", "")
+    """uname: sysname, release, version, machine (how the kernel writes prev_state)."""
+    lost: int = 0
+    """Records dropped because the ring was full."""
+
+
+def _tasks(records: np.ndarray) -> dict[int, Task]:
+    """Each task's process (from the switches away from it, else /proc) and its latest name."""
+    tasks: dict[int, Task] = {}
+    named = records["tid"].tolist()
+    for tid, comm in zip(named, records["comm"].tolist(), strict=True):
+        tasks[tid] = Task(0, comm.decode(errors="replace"))
+    for tid, tgid in zip(records["prev_tid"].tolist(), records["prev_tgid"].tolist(),
+                         strict=True):
+        task = tasks.setdefault(tid, Task(0, ""))
+        task.tgid = tgid
+    tasks.pop(0, None)
+    for tid, task in tasks.items():
+        if not task.tgid:
+            task.tgid = _status_tgid(tid)
+        if not task.name:
+            task.name = target.thread_name(task.tgid or tid, tid) or ""
+    return tasks
+
+
+def _status_tgid(tid: int) -> int:
+    try:
+        status = Path(f"/proc/{tid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("Tgid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _programs(tasks: dict[int, Task]) -> dict[int, str]:
+    programs: dict[int, str] = {}
+    for task in tasks.values():
+        if task.tgid and task.tgid not in programs:
+            leader = tasks.get(task.tgid, task)
+            programs[task.tgid] = next(iter(target.process_cmdline(task.tgid)), leader.name)
+    return programs
+
+
+class SchedProbes:
+    """The sched program, loaded and attached to the sched tracepoints for `cpus`."""
+
+    def __init__(self, cpus: list[int]) -> None:
+        bcc = import_bcc()
+        missing = [tp for tp in TRACEPOINTS if not bcc.BPF.tracepoint_exists("sched", tp)]
+        if missing:
+            raise ProfinferError(f"this kernel has no {' or '.join(missing)} tracepoint")
+        try:
+            self._bpf = bcc.BPF(text=sched_text(os.cpu_count() or 1).encode())
+        except Exception as exc:
+            raise ProfinferError(f"the BPF sched program did not load: {exc}") from exc
+        watched = self._bpf[b"cpus"]
+        for cpu in cpus:
+            watched[watched.Key(cpu)] = watched.Leaf(1)
+        self.cpus = cpus
+        self._ring = RingReader(self._bpf[b"sched"].map_fd,
+                                SCHED_PAGES * os.sysconf("SC_PAGE_SIZE"), SCHED)
+        self._chunks: list[np.ndarray] = []
+
+    def drain(self) -> None:
+        records = self._ring.read()
+        if records.size:
+            self._chunks.append(records)
+
+    def costs(self) -> dict[str, ProbeCost]:
+        return program_costs(self._bpf)
+
+    def result(self) -> Scheduling:
+        """Everything seen, with the tasks looked up (call while they may still be there)."""
+        self.drain()
+        records = np.concatenate(self._chunks) if self._chunks else np.empty(0, SCHED)
+        records = records[np.argsort(records["ts"], kind="stable")]
+        tasks = _tasks(records)
+        lost = self._bpf[b"lost"]
+        uname = os.uname()
+        return Scheduling(records, self.cpus, tasks, _programs(tasks),
+                          (uname.sysname, uname.release, uname.version, uname.machine),
+                          int(lost[lost.Key(0)].value))
+
+    def close(self) -> None:
+        self._ring.close()
+        self._bpf.cleanup()
+
+    def __enter__(self) -> SchedProbes:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
