@@ -55,9 +55,9 @@ def _bundle(cpu: int, records: np.ndarray, sequence: int) -> pb.TracePacket:
     return packet
 
 
-def _process_tree(sched: Scheduling, pid: int, ts: int) -> pb.TracePacket:
+def _process_tree(sched: Scheduling, pid: int, ts: int, sequence: int) -> pb.TracePacket:
     """The target's process is left out: its track descriptor names it already."""
-    packet = pb.TracePacket(timestamp=ts)
+    packet = pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=sequence)
     tree = packet.process_tree
     for tgid, program in sorted(sched.programs.items()):
         if tgid != pid:
@@ -72,10 +72,13 @@ def sched_packets(sched: Scheduling, pid: int, ts: int, sequence: int) -> Iterat
     """The packets of a recording's scheduling; `ts`: the recording's first timestamp, where
     the process tree is said to hold; `sequence`: a packet sequence of their own."""
     sysname, release, version, machine = sched.kernel
-    yield pb.TracePacket(system_info=pb.SystemInfo(utsname=pb.Utsname(
-        sysname=sysname, release=release, version=version, machine=machine)))
+    yield pb.TracePacket(
+        trusted_packet_sequence_id=sequence, first_packet_on_sequence=True,
+        previous_packet_dropped=1, sequence_flags=pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED,
+        system_info=pb.SystemInfo(utsname=pb.Utsname(sysname=sysname, release=release,
+                                                     version=version, machine=machine)))
     records = sched.records
-    yield _process_tree(sched, pid, min([ts, *records["ts"][:1].tolist()]))
+    yield _process_tree(sched, pid, min([ts, *records["ts"][:1].tolist()]), sequence)
     for cpu in np.unique(records["cpu"]).tolist():
         mine = records[records["cpu"] == cpu]
         for start in range(0, len(mine), BUNDLE_RECORDS):

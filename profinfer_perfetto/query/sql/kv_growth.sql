@@ -37,8 +37,11 @@ fit AS (
 )
 SELECT op, role, CASE WHEN grp = -2 THEN NULL ELSE grp END AS layer, n AS points,
        CAST(lo AS INTEGER) AS kv_min, CAST(hi AS INTEGER) AS kv_max,
-       CASE WHEN sxx > 0 THEN ROUND(sxy / sxx, 3) END AS slope_ns_per_token,
-       CASE WHEN sxx > 0 THEN ROUND(my - sxy / sxx * mx, 1) END AS intercept_ns,
+       CASE WHEN sxx > 0 THEN ROUND(sxy / sxx + 1e-9, 3) END AS slope_ns_per_token,
+       CASE WHEN sxx > 0 THEN ROUND(my - sxy / sxx * mx + 1e-7, 1) END AS intercept_ns,
        CASE WHEN sxx > 0 AND syy > 0 THEN ROUND(sxy * sxy / (sxx * syy), 4) END AS r2
 FROM fit
 ORDER BY op, role, grp <> -2, grp;
+-- The fit's sums run in each engine's own order: a value that is a tie in decimal (x.x5) lands
+-- a rounding error either side of it, so the fit is nudged by far less than its last digit
+-- before rounding, which makes both engines round the tie the same way.
