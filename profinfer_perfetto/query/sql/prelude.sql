@@ -23,6 +23,8 @@
 --   profinfer_other_run (record --sched) one row per time another task (any but the idle task
 --                    and the inference threads) ran on the target's CPUs: utid, tid, thread,
 --                    pid, process, cpu, ts, dur
+--   profinfer_contended (record --sched) the times the target wanted CPUs: each a token step or
+--                    a time an inference thread waited for one, overlapping ones merged: ts, dur
 --   profinfer_step_interference (record --sched) one row per token step: step, phase, ts, dur,
 --                    waiting (summed over threads), preempted (its part after a preemption),
 --                    stalled (time in which any inference thread waited), others (other
@@ -244,6 +246,26 @@ FROM (SELECT utid, cpu, ts, dur FROM sched WHERE utid <> 0 AND dur > 0
       AND utid NOT IN (SELECT utid FROM profinfer_inference_thread)) s
 JOIN thread t USING (utid)
 LEFT JOIN process p USING (upid);
+
+-- Merging intervals: in start order, one begins a new merged interval where it starts after
+-- every one before it ended; the merged interval spans its group.
+CREATE TABLE profinfer_contended AS
+WITH span AS (
+  SELECT ts AS a, ts + dur AS b FROM profinfer_step
+  UNION ALL
+  SELECT ts, ts + dur FROM profinfer_runnable
+),
+ordered AS (
+  SELECT a, b, MAX(b) OVER (ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+         AS before
+  FROM span
+),
+grouped AS (
+  SELECT a, b, SUM(CASE WHEN before IS NULL OR a > before THEN 1 ELSE 0 END)
+         OVER (ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS grp
+  FROM ordered
+)
+SELECT MIN(a) AS ts, MAX(b) - MIN(a) AS dur FROM grouped GROUP BY grp;
 
 -- A step's stalled time is the union of its threads' waits: each wait (clipped to the step)
 -- counts from where the ones before it, in start order, ended.
