@@ -105,6 +105,9 @@ def record(
         counter_config(name)
     if len(counters) > MAX_COUNTERS:
         raise ProfinferError(f"at most {MAX_COUNTERS} counters can be read per op")
+    if sched and json:
+        raise ProfinferError("--sched needs the Perfetto format: Chrome JSON has no CPU "
+                             "scheduling (leave out --json)")
     if bool(command) == (pid is not None):
         raise ProfinferError("give either a command to run (after --) or --pid, not both")
     if ring_pages <= 0 or ring_pages & (ring_pages - 1):

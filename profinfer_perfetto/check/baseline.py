@@ -1,7 +1,9 @@
 """A baseline: the samples `check` compares, and what the runs were made from.
 
-Samples are latency distributions in ns, keyed like `step/decode` (token-step latency) or
-`op/decode/MUL_MAT/ffn_gate` (op instance time, all layers), kept per run (trace), so that a
+Samples are latency distributions in ns, keyed like `step/decode` (token-step latency),
+`op/decode/MUL_MAT/ffn_gate` (op instance time, all layers) or, for traces recorded with
+--sched, `interference/decode` (each step's time stalled on a thread waiting for a CPU: the
+`interference` metric's stalled_ns), kept per run (trace), so that a
 baseline of several runs knows how much runs differ. Each key also records its share of the
 phase's time, so rules can pick the ops that matter. Baselines are JSON; traces given as a
 baseline are read into one on the fly.
@@ -106,6 +108,10 @@ def _from_query(q: TraceQuery) -> Baseline:
         samples.setdefault(f"step/{phase}", []).append(int(dur))
         phase_time[phase] = phase_time.get(phase, 0) + int(dur)
     totals: dict[str, int] = {}
+    if q.sql("select count(*) from sched").rows[0][0]:
+        for phase, stalled in q.sql("select phase, stalled from profinfer_step_interference "
+                                    "order by step").rows:
+            samples.setdefault(f"interference/{phase}", []).append(int(stalled))
     for phase, op, role, dur in nodes:
         key = f"op/{phase}/{op}/{role}"
         samples.setdefault(key, []).append(int(dur))

@@ -7,7 +7,8 @@
 
     [[rule]]
     name = "decode step latency"
-    keys = "step/decode"  # a pattern (fnmatch) over keys: step/PHASE, op/PHASE/OP/ROLE
+    keys = "step/decode"  # a pattern (fnmatch) over keys: step/PHASE, op/PHASE/OP/ROLE,
+                          # interference/PHASE (time stalled per step; traces made with --sched)
     max_change = 0.05     # relative change of the median that fails, once the interval clears it
     min_abs_ns = 0        # changes of the median smaller than this never fail
     top = 0               # keep only the N keys with the largest share of the phase's time

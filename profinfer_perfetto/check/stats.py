@@ -50,8 +50,14 @@ def median_change(base: list[list[int]], new: list[list[int]], confidence: float
 
     base_median = float(np.median(np.concatenate([np.asarray(r, float) for r in base])))
     new_median = float(np.median(np.concatenate([np.asarray(r, float) for r in new])))
-    ratios = medians(new) / np.maximum(medians(base), 1e-9) - 1
+    ratios = _relative(medians(new), medians(base))
     tail = (1 - confidence) / 2
     low, high = np.quantile(ratios, [tail, 1 - tail])
-    return Change(base_median, new_median, new_median / max(base_median, 1e-9) - 1,
-                  float(low), float(high))
+    change = float(_relative(np.array([new_median]), np.array([base_median]))[0])
+    return Change(base_median, new_median, change, float(low), float(high))
+
+
+def _relative(new: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """new / base - 1; 0 where they are equal (also both 0, as a key of waits often is)."""
+    change: np.ndarray = (new - base) / np.maximum(base, 1e-9)
+    return change

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 
 from profinfer_perfetto.capture.program import program_text
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
+from profinfer_perfetto.capture.sched import sched_text
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
@@ -39,6 +41,9 @@ class RecordCommand:
             text = program_text(probe_plan.ggml, list(request.counters), request.rings,
                                 request.selection, probe_plan.sees_graph_builds)
             sys.stdout.write(text)
+            if request.sched:
+                sys.stdout.write("// --sched: the sched program, on the sched_switch and "
+                                 "sched_waking tracepoints\n" + sched_text(os.cpu_count() or 1))
             for probe in probe_plan.probes:
                 kind = "uretprobe" if probe.ret else "uprobe"
                 print(f"// {kind} {probe.fn}: {probe.path} +{probe.offset:#x} ({probe.where})")
