@@ -188,16 +188,18 @@ def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]
 
 
 MODES = {"full": [], "no barriers": ["--no-barriers"],
-         "sample 256, detach": ["--sample", "256", "--detach"]}
+         "sample 256, detach": ["--sample", "256", "--detach"], "full + --sched": ["--sched"]}
 
 
-def bench_overhead(pairs: int = 6) -> dict[str, Any]:
+def bench_overhead(pairs: int = 6, models: tuple[str, ...] = ("gemma-3-270m", "medium-llama",
+                   "medium-qwen3moe"), threads_of: tuple[int, ...] = (1, 2),
+                   modes: tuple[str, ...] = tuple(MODES)) -> dict[str, Any]:
     CACHE.mkdir(parents=True, exist_ok=True)
-    modes = MODES
     results: dict[str, Any] = {}
-    for model in ("gemma-3-270m", "medium-llama", "medium-qwen3moe"):
-        for threads in (1, 2):
-            for mode, options in modes.items():
+    for model in models:
+        for threads in threads_of:
+            for mode in modes:
+                options = MODES[mode]
                 slow: dict[str, list[float]] = {"tg": [], "pp": []}
                 cpu, lost = [], 0.0
                 for _ in range(pairs):
