@@ -374,13 +374,21 @@ struct route {
 // MUL_MAT_ID and ADD_ID, n_used ids per token in rows nb[1] apart, computed by the time the op
 // starts. Read in records of ROUTE_TOKENS tokens, up to ROUTE_CHUNKS records (the rest, and
 // experts past ROUTE_EXPERTS, are cut; a record says how many there were).
+// A layer's expert ops (gate, up, down) share one ids tensor: it is read once per graph, for
+// the first of them (user space gives the others its routing).
 BPF_RINGBUF_OUTPUT(routes, ROUTE_PAGES);
+BPF_HASH(routed, u32, u64, MAX_THREADS);  // calling thread -> ids tensor last read in its graph
 
 static __always_inline void route(u64 ts, const u8 *tensor) {
     u64 ids = 0;
     bpf_probe_read_user(&ids, 8, tensor + T_SRC + 2 * 8);
     if (!ids)
         return;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u64 *last = routed.lookup(&tid);
+    if (last && *last == ids)
+        return;
+    routed.update(&tid, &ids);
     s64 ne[2] = {0, 0};
     u64 nb1 = 0, data = 0;
     bpf_probe_read_user(ne, sizeof(ne), (void *)(ids + T_NE));
@@ -416,8 +424,14 @@ static __always_inline void route(u64 ts, const u8 *tensor) {
         routes.ringbuf_submit(r, BPF_RB_NO_WAKEUP);
     }
 }
+static __always_inline void new_graph(void) {
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u64 none = 0;
+    routed.update(&tid, &none);
+}
 #else
 static __always_inline void route(u64 ts, const u8 *tensor) {}
+static __always_inline void new_graph(void) {}
 #endif
 
 // One thread starts its share of a node (or of a fused node pair: `second` non-null).
@@ -517,6 +531,7 @@ int barrier_enter(struct pt_regs *ctx) {
 int graph_begin(struct pt_regs *ctx) {
     if (!tracing())
         return 0;
+    new_graph();
     struct event *e = begin_event(EV_GRAPH_BEGIN);
     if (!e)
         return 0;

@@ -100,6 +100,10 @@ class Ops:
         return len(self.begin)
 
 
+MOE_OPS = ("MUL_MAT_ID", "ADD_ID")
+"""The ops that route tokens to experts (their src[2] holds the expert ids)."""
+
+
 @dataclass(frozen=True)
 class Routing:
     """The experts one execution of a Mixture-of-Experts node sent its tokens to."""
@@ -112,8 +116,11 @@ class Routing:
     """Experts per token (more than `ids` has columns where the probe cut them)."""
 
 
-def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops) -> dict[int, Routing]:
-    """Routing records joined to the nodes whose calling thread's op began at their ts."""
+def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops, moe_ops: set[int]
+             ) -> dict[int, Routing]:
+    """Routing records joined to the nodes whose calling thread's op began at their ts; a
+    Mixture-of-Experts node the probe did not read (its ids tensor, src[2], was read for an
+    earlier node of the graph: a layer's gate, up and down share one) shares that one's."""
     if len(routes) == 0:
         return {}
     main = ops.ith == 0
@@ -129,7 +136,20 @@ def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops) -> dict[int, Routing]:
         rows = min(ROUTE_TOKENS, n_tokens - int(r["first_token"]))
         chunks.setdefault(node, []).append(r["ids"][:rows, :min(n_used, ROUTE_EXPERTS)])
         shape[node] = (n_tokens, n_used)
-    return {node: Routing(np.concatenate(parts), *shape[node]) for node, parts in chunks.items()}
+    read = {node: Routing(np.concatenate(parts), *shape[node]) for node, parts in chunks.items()}
+    found: dict[int, Routing] = {}
+    last: tuple[int, int, Routing] | None = None
+    ids_of = nodes.raw["src"][:, 2]["ptr"].tolist()
+    for n in np.lexsort((nodes.index, nodes.graph)).tolist():
+        if int(nodes.raw[n]["op"]) not in moe_ops:
+            continue
+        key = (int(nodes.graph[n]), ids_of[n])
+        if n in read:
+            last = (*key, read[n])
+        elif last is None or key != last[:2]:
+            continue
+        found[n] = last[2]
+    return found
 
 
 @dataclass
@@ -377,7 +397,8 @@ def build(recording: Recording) -> TraceModel:
         op_stats=recording.op_stats,
         descriptors=recording.nodes,
         dropped_ops=dropped + int(np.count_nonzero(~known & traced)),
-        routing=_routing(recording.routes, nodes, ops),
+        routing=_routing(recording.routes, nodes, ops,
+                         {recording.run.ggml.op_id(op) for op in MOE_OPS} - {-1}),
         sched=recording.sched,
     )
 
