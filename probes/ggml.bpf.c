@@ -568,7 +568,8 @@ int graph_end(struct pt_regs *ctx) {
     return returned(ctx, EV_GRAPH_END);
 }
 
-static __always_inline int token_begin(u32 entry, s64 n_tokens, u64 seqs) {
+// A token step begins; returns its event's time (0: not traced).
+static __always_inline u64 token_begin(u32 entry, s64 n_tokens, u64 seqs) {
 #if GATED
     int zero = 0;
     struct gate *g = gate.lookup(&zero);
@@ -589,8 +590,9 @@ static __always_inline int token_begin(u32 entry, s64 n_tokens, u64 seqs) {
     e->arg0 = (u64)n_tokens;
     e->arg1 = seqs;
     e->aux = entry;
+    u64 ts = e->ts;
     submit(e);
-    return 0;
+    return ts;
 }
 
 // llama_decode / llama_encode(ctx, struct llama_batch batch): the 56-byte struct is passed in
@@ -605,25 +607,69 @@ static __always_inline const u8 *batch_at(struct pt_regs *ctx) {
 #endif
 }
 
-// Runs of one sequence id among a batch's first BATCH_SCAN tokens: token i's sequence is the
-// int at (pointer at `base + i * stride`) + value_at. Tokens of one sequence are consecutive in
-// the batches llama.cpp's tools build, so runs are sequences.
-static __always_inline u32 seq_runs(u64 base, u64 stride, u64 value_at, s64 n_tokens) {
-    u32 runs = 0;
-    s32 last = -1;
-    for (int i = 0; i < BATCH_SCAN && base; i++) {
+// The sequences of the batch being scanned, sent beside its token step's event. Run r (r <=
+// BATCH_RUNS) is in slot r; later runs all go to slot BATCH_RUNS + 1, which user space ignores
+// (slot BATCH_RUNS's start ends run BATCH_RUNS - 1).
+struct batch {
+    u64 ts;                    // the step's TOKEN_BEGIN ts
+    u32 tid;
+    u32 n_runs;                // runs counted
+    u32 scanned;               // tokens scanned (the batch's, up to BATCH_SCAN)
+    u32 pos_known;             // the batch gives positions
+    s32 seq[BATCH_SLOTS];      // each run's sequence id
+    s32 pos[BATCH_SLOTS];      // its first token's position
+    u32 start[BATCH_SLOTS];    // its first token
+};
+BPF_PERCPU_ARRAY(batch_scratch, struct batch, 1);
+BPF_RINGBUF_OUTPUT(batches, BATCH_PAGES);
+
+// Runs of one sequence id among a batch's first BATCH_SCAN tokens, into `b`: token i's sequence
+// is the int at (pointer at `base + i * stride`) + value_at (0 where that pointer is NULL), its
+// position the int at `pos_base + i * pos_stride`. Tokens of one sequence are consecutive in
+// the batches llama.cpp's tools build, so runs are sequences. Each token costs the verifier
+// three jumps (of 8192 on one path): the run's slot is computed without a branch, and the count
+// lives in the map value (read back from memory, a number the verifier does not follow, so the
+// loop's states stay few).
+static __always_inline u32 seq_runs(u64 base, u64 stride, u64 value_at, s64 n_tokens,
+                                    u64 pos_base, u64 pos_stride, struct batch *b) {
+    b->n_runs = 0;
+    b->scanned = 0;
+    b->pos_known = pos_base != 0;
+    if (!base)
+        return 0;
+    s32 last = 0x7fffffff;
+    for (int i = 0; i < BATCH_SCAN; i++) {
         if (i >= n_tokens)
             break;
         u64 p = 0;
-        s32 seq = -1;
+        s32 seq = 0;
         bpf_probe_read_user(&p, 8, (void *)(base + i * stride));
-        if (p)
-            bpf_probe_read_user(&seq, 4, (void *)(p + value_at));
-        if (i == 0 || seq != last)
-            runs++;
+        bpf_probe_read_user(&seq, 4, (void *)(p + value_at));
+        if (seq != last) {
+            u32 r = b->n_runs;
+            b->n_runs = r + 1;
+            s64 past = ((s64)BATCH_RUNS - (s64)r) >> 63;  // -1 past slot BATCH_RUNS, else 0
+            u32 k = ((r & ~past) | ((BATCH_RUNS + 1) & past)) & (BATCH_SLOTS - 1);
+            s32 pos = 0;
+            bpf_probe_read_user(&pos, 4, (void *)(pos_base + i * pos_stride));
+            b->seq[k] = seq;
+            b->pos[k] = pos;
+            b->start[k] = i;
+        }
         last = seq;
+        b->scanned = i + 1;
     }
-    return runs;
+    return b->n_runs;
+}
+
+// Send a traced step's batch (`ts`: its event's time).
+static __always_inline void send_batch(u64 ts, struct batch *b) {
+    if (!ts || !b->n_runs)
+        return;
+    b->ts = ts;
+    b->tid = (u32)bpf_get_current_pid_tgid();
+    if (batches.ringbuf_output(b, sizeof(*b), BPF_RB_NO_WAKEUP))
+        count_lost(RING_BATCHES);
 }
 
 // A TOKEN_BEGIN's arg1: the batch's first position in the low 32 bits (-1: not known) and its
@@ -634,21 +680,23 @@ static __always_inline u64 step_seqs(s32 first_pos, u32 runs) {
 
 // llama_batch: arrays of positions and of per-token sequence id arrays (NULL: left to the
 // KV cache, and sequence 0).
-static __always_inline u64 batch_seqs(const u8 *batch, s64 n_tokens) {
+static __always_inline int batch_begin(struct pt_regs *ctx, u32 entry) {
+    int zero = 0;
+    struct batch *b = batch_scratch.lookup(&zero);
+    if (!b)
+        return 0;
+    const u8 *batch = batch_at(ctx);
+    int n_tokens = -1;
     u64 pos = 0, seq_ids = 0;
+    bpf_probe_read_user(&n_tokens, 4, batch + BATCH_N_TOKENS);
     bpf_probe_read_user(&pos, 8, batch + BATCH_POS);
     bpf_probe_read_user(&seq_ids, 8, batch + BATCH_SEQ_ID);
     s32 first_pos = -1;
     if (pos)
         bpf_probe_read_user(&first_pos, 4, (void *)pos);
-    return step_seqs(first_pos, seq_runs(seq_ids, 8, 0, n_tokens));
-}
-
-static __always_inline int batch_begin(struct pt_regs *ctx, u32 entry) {
-    const u8 *batch = batch_at(ctx);
-    int n_tokens = -1;
-    bpf_probe_read_user(&n_tokens, 4, batch + BATCH_N_TOKENS);
-    return token_begin(entry, n_tokens, batch_seqs(batch, n_tokens));
+    u32 runs = seq_runs(seq_ids, 8, 0, n_tokens, pos, 4, b);
+    send_batch(token_begin(entry, n_tokens, step_seqs(first_pos, runs)), b);
+    return 0;
 }
 
 int decode_begin(struct pt_regs *ctx) { return batch_begin(ctx, TOKEN_DECODE); }
@@ -660,6 +708,10 @@ int encode_begin(struct pt_regs *ctx) { return batch_begin(ctx, TOKEN_ENCODE); }
 // BATCH_EXT_SEQ_IDS (0 where the build did not show them), whose first node libstdc++ keeps
 // USET_FIRST bytes in, with the value USET_NODE_VALUE bytes into the node.
 int process_begin(struct pt_regs *ctx) {
+    int zero = 0;
+    struct batch *b = batch_scratch.lookup(&zero);
+    if (!b)
+        return 0;
     const u8 *batch = (const u8 *)PT_REGS_PARM3(ctx);
     u64 tokens[2] = {0, 0};
     bpf_probe_read_user(tokens, sizeof(tokens), batch + BATCH_EXT_TOKENS);
@@ -667,12 +719,15 @@ int process_begin(struct pt_regs *ctx) {
     s32 first_pos = -1;
     if (BATCH_EXT_POS && n_tokens > 0)
         bpf_probe_read_user(&first_pos, 4, (void *)(tokens[0] + BATCH_EXT_POS));
+    b->n_runs = 0;
     u32 runs = 0;
-    if (BATCH_EXT_SEQ_IDS)
+    if (BATCH_EXT_SEQ_IDS && n_tokens > 0)
         runs = seq_runs(tokens[0] + BATCH_EXT_SEQ_IDS + USET_FIRST, BATCH_EXT_TOKEN_SIZE,
-                        USET_NODE_VALUE, n_tokens);
-    return token_begin(PT_REGS_PARM2(ctx) == 0 ? TOKEN_ENCODE : TOKEN_DECODE, n_tokens,
-                       step_seqs(first_pos, runs));
+                        USET_NODE_VALUE, n_tokens,
+                        BATCH_EXT_POS ? tokens[0] + BATCH_EXT_POS : 0, BATCH_EXT_TOKEN_SIZE, b);
+    send_batch(token_begin(PT_REGS_PARM2(ctx) == 0 ? TOKEN_ENCODE : TOKEN_DECODE, n_tokens,
+                           step_seqs(first_pos, runs)), b);
+    return 0;
 }
 
 int token_end(struct pt_regs *ctx) { return returned(ctx, EV_TOKEN_END); }

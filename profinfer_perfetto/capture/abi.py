@@ -14,7 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from profinfer_perfetto.capture.events import (
+    BATCH,
+    BATCH_RUNS,
     BATCH_SCAN,
+    BATCH_SLOTS,
     EVENT,
     HIST_BUCKETS,
     LLAMA_BATCH,
@@ -37,7 +40,7 @@ from profinfer_perfetto.capture.events import (
 )
 
 STRUCTS: Mapping[str, np.dtype] = {"event": EVENT, "src": SRC, "node": NODE, "op_stats": OP_SHARES,
-                                   "route": ROUTE}
+                                   "route": ROUTE, "batch": BATCH}
 """C struct name -> the dtype that reads it (probes/ggml.bpf.c)."""
 WATCH_STRUCTS: Mapping[str, np.dtype] = {"stop": STOP}
 """The same, for probes/watch.bpf.c."""
@@ -56,6 +59,8 @@ def constants() -> dict[str, int]:
         "N_RINGS": len(Ring),
         **{f"BATCH_{field}": offset for field, offset in LLAMA_BATCH.items()},
         "BATCH_SCAN": BATCH_SCAN,
+        "BATCH_RUNS": BATCH_RUNS,
+        "BATCH_SLOTS": BATCH_SLOTS,
         "ROUTE_TOKENS": ROUTE_TOKENS,
         "ROUTE_EXPERTS": ROUTE_EXPERTS,
         "ROUTE_CHUNKS": ROUTE_CHUNKS,

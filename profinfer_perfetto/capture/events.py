@@ -37,6 +37,10 @@ LLAMA_BATCH = {"N_TOKENS": 0, "POS": 24, "SEQ_ID": 40}
 logits: the same since 2023)."""
 UNKNOWN_POS = 0xFFFFFFFF
 """A TOKEN_BEGIN's arg1 low half when the batch leaves positions to the KV cache."""
+BATCH_RUNS = 16
+"""Sequences (runs of one sequence id) a batch record names; more are counted, not named."""
+BATCH_SLOTS = 32
+"""A batch record's arrays: BATCH_RUNS runs, the start of the next, and a slot for the rest."""
 
 
 class TokenEntry(IntEnum):
@@ -52,6 +56,7 @@ class Ring(IntEnum):
     EVENTS = 0
     NODES = 1
     ROUTES = 2
+    BATCHES = 3
 
 
 EVENT = np.dtype(
@@ -163,6 +168,23 @@ SCHED = np.dtype(
     ]
 )
 """A context switch or a wakeup (struct sched_event); `comm` is the switched-in or woken task's."""
+
+BATCH = np.dtype(
+    [
+        ("ts", "<u8"),
+        ("tid", "<u4"),
+        ("n_runs", "<u4"),
+        ("scanned", "<u4"),
+        ("pos_known", "<u4"),
+        ("seq", "<i4", (BATCH_SLOTS,)),
+        ("pos", "<i4", (BATCH_SLOTS,)),
+        ("start", "<u4", (BATCH_SLOTS,)),
+    ]
+)
+"""The sequences of a token step's batch (struct batch): each run of one sequence id among its
+first BATCH_SCAN tokens (`scanned`), its sequence, first position (where `pos_known`) and first
+token; run r < BATCH_RUNS in slot r, the start of run BATCH_RUNS in slot BATCH_RUNS. `ts` is the
+step's TOKEN_BEGIN's."""
 
 OP_STATS = np.dtype([("node", "<u8"), *OP_SHARES.descr])
 """One row per tensor: its pointer (the map's key), then its summed shares."""

@@ -31,6 +31,7 @@ class RingSizes:
     event_pages: int = 4096
     node_pages: int = 4096
     route_pages: int = 2048
+    batch_pages: int = 64
 
 
 def probe_source(name: str = "ggml.bpf.c") -> str:
@@ -63,6 +64,7 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "OP_MUL_MAT_ID": ggml.op_id("MUL_MAT_ID"),
         "OP_ADD_ID": ggml.op_id("ADD_ID"),
         "ROUTE_PAGES": rings.route_pages,
+        "BATCH_PAGES": rings.batch_pages,
         "T_SIZE": layout.size,
         "CGRAPH_N_NODES": runtime.cgraph_n_nodes,
         "CPLAN_N_THREADS": runtime.cplan_n_threads,

@@ -21,7 +21,7 @@ from types import FrameType
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.events import EVENT, NODE, ROUTE, Ring, StopReason
+from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, Ring, StopReason
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, target_cpus
@@ -82,6 +82,8 @@ class Recording:
     """Mixture-of-Experts routing records (ROUTE), where the build has such ops."""
     sched: Scheduling | None = None
     """With --sched: the context switches and wakeups on the target's CPUs."""
+    batches: np.ndarray = field(default_factory=lambda: np.empty(0, BATCH))
+    """The sequences of each token step's batch (BATCH)."""
 
 
 @dataclass(frozen=True)
@@ -346,6 +348,7 @@ class _Capture:
         self.events: list[np.ndarray] = []
         self.nodes: list[np.ndarray] = []
         self.routes: list[np.ndarray] = []
+        self.batches: list[np.ndarray] = []
         self.op_stats: list[tuple[int, np.ndarray]] = []
         self.threads: dict[int, str] = {}
         self.extra_notes: list[str] = []
@@ -358,9 +361,11 @@ class _Capture:
         self.begin, self.cpu_at_begin = boot_ns(), time.process_time()
 
     def drain(self, sched: SchedProbes | None) -> None:
-        events, nodes, routes = self.session.read()
+        events, nodes, routes, batches = self.session.read()
         if routes.size:
             self.routes.append(routes)
+        if batches.size:
+            self.batches.append(batches)
         if events.size:
             self.events.append(events)
             for tid in np.unique(events["tid"]).tolist():
@@ -440,6 +445,9 @@ class _Capture:
         if lost[Ring.ROUTES]:
             notes.append(f"{lost[Ring.ROUTES]} routing records lost to a full ring: some "
                          "Mixture-of-Experts ops have no expert ids")
+        if lost[Ring.BATCHES]:
+            notes.append(f"{lost[Ring.BATCHES]} batch records lost to a full ring: some token "
+                         "steps do not say their sequences")
         if scheduling is not None and scheduling.lost:
             notes.append(f"{scheduling.lost} scheduling records lost to a full ring: CPU tracks "
                          "have gaps")
@@ -474,6 +482,7 @@ class _Capture:
             op_stats=self.op_stats,
             routes=_joined(self.routes, ROUTE),
             sched=scheduling,
+            batches=_joined(self.batches, BATCH),
         )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from profinfer_perfetto.capture.counters import enable_run_time_stats, opened_configs
-from profinfer_perfetto.capture.events import EVENT, NODE, OP_STATS, ROUTE, Ring
+from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, OP_STATS, ROUTE, Ring
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.target import Probe
@@ -60,7 +60,10 @@ class UprobeAttacher:
     def __call__(self, bpf: Any, probe: Probe, pid: int) -> bytes:
         """Attach `probe` for process `pid` (-1: every process); returns its event name, under
         which BCC's own cleanup detaches it too."""
-        prog = bpf.load_func(probe.fn.encode(), bpf.KPROBE)
+        try:
+            prog = bpf.load_func(probe.fn.encode(), bpf.KPROBE)
+        except Exception as exc:  # BCC raises Exception, with the verifier's word in it
+            raise ProfinferError(f"the kernel refused the probe for {probe.where}: {exc}") from None
         name = b"pi_%s_%d_%x_%d" % (probe.fn.encode(), pid, probe.offset, probe.ret)
         fd = self._fn(prog.fd, int(probe.ret), name, str(probe.path).encode(), probe.offset, pid,
                       0)
@@ -117,6 +120,7 @@ class ProbeSession:
         page = os.sysconf("SC_PAGE_SIZE")
         self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
         self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
+        self.batches = RingReader(self._bpf[b"batches"].map_fd, rings.batch_pages * page, BATCH)
         self.routes: RingReader | None = None
         try:  # only a build with Mixture-of-Experts ops has the ring
             fd = self._bpf[b"routes"].map_fd
@@ -184,10 +188,10 @@ class ProbeSession:
         table = self._bpf[b"lost"]
         return {r: int(sum(table[table.Key(r)])) for r in Ring}
 
-    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The events, node descriptors and routing records since the last read."""
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The events, node descriptors, routing and batch records since the last read."""
         routes = self.routes.read() if self.routes is not None else np.empty(0, ROUTE)
-        return self.events.read(), self.nodes.read(), routes
+        return self.events.read(), self.nodes.read(), routes, self.batches.read()
 
     def costs(self) -> dict[str, ProbeCost]:
         return program_costs(self._bpf)
@@ -197,6 +201,7 @@ class ProbeSession:
             os.close(self._stats_fd)
         self.events.close()
         self.nodes.close()
+        self.batches.close()
         if self.routes is not None:
             self.routes.close()
         if self._steer is not None:

@@ -22,6 +22,8 @@ from profinfer_perfetto.model.names import (
     CPU_ARG,
     RECORD_SLICE,
     RECORDING_TRACK,
+    SEQ_ARGS,
+    SEQUENCE_TRACK,
     WAIT_SLICE,
     graph_slice,
     probe_args,
@@ -263,6 +265,7 @@ class _LayoutBuilder:
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
         self.expert_routing()
+        self.sequences()
         self.tokens_per_second()
         self.aggregate_counters()
         self.recording()
@@ -389,6 +392,25 @@ class _LayoutBuilder:
             self.rows.slices(track, np.array([span[n][0] for n in nodes]),
                              np.array([span[n][1] for n in nodes]), 0,
                              [self.strings(_experts_name(model.routing[n])) for n in nodes])
+
+    def sequences(self) -> None:
+        """A track per sequence id, with a slice per token step that held its tokens."""
+        tok = self.model.tokens
+        rows: dict[int, list[tuple[int, int, int, int | None]]] = {}
+        for step, batch in enumerate(step_batches(self.model)):
+            for run in batch.runs:
+                rows.setdefault(run.seq, []).append((step, run.n_tokens, run.seq, run.pos))
+        seq_arg, step_arg, tokens_arg, pos_arg = SEQ_ARGS
+        for seq, steps in sorted(rows.items()):
+            track = self.track(Track((5 << 32) | (seq & 0xFFFFFFFF), TrackKind.GLOBAL,
+                                     f"{SEQUENCE_TRACK} {seq}", parent=1))
+            at = np.array([step for step, *_ in steps], np.int64)
+            self.rows.slices(
+                track, tok.begin[at], tok.end[at], 0,
+                [self.strings("prefill" if n > 1 else "decode") for _, n, _, _ in steps],
+                [self.arg_set(((seq_arg, seq), (step_arg, step), (tokens_arg, n),
+                               *([] if pos is None else [(pos_arg, pos)])))
+                 for step, n, seq, pos in steps])
 
     def tokens_per_second(self) -> None:
         tok = self.model.tokens

@@ -15,6 +15,10 @@ RECORD_SLICE = "record"
 """The recording itself: status, losses, settings, probe costs."""
 WAIT_SLICE = "barrier wait"
 """A thread's wait at the barrier after its share of an op."""
+SEQUENCE_TRACK = "sequence"
+"""A track per sequence id (`sequence 1`): a slice per token step that held its tokens, named
+`prefill` (several of its tokens) or `decode` (one), with args SEQ_ARGS."""
+SEQ_ARGS = ("seq", "token_step", "seq_tokens", "seq_pos")
 CPU_ARG = "cpu"
 """With --sched: an op slice's arg, the CPU its thread began the op on."""
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profinfer_perfetto.capture.events import (
+    BATCH_RUNS,
     EVENT,
     ROUTE_EXPERTS,
     ROUTE_TOKENS,
@@ -172,6 +173,9 @@ class TraceModel:
     """Node index -> the experts its Mixture-of-Experts op routed each token to."""
     sched: Scheduling | None = None
     """With --sched: the context switches and wakeups on the target's CPUs."""
+    step_runs: dict[int, tuple[SeqRun, ...]] = field(default_factory=dict)
+    """Token step index -> the sequences its batch named (steps of batches that name none are
+    not here)."""
 
     def op_label(self, node: int, fused: int) -> tuple[str, str]:
         """The op (sub-op for UNARY and GLU, `A+B` for a fused pair) and the tensor name."""
@@ -400,6 +404,7 @@ def build(recording: Recording) -> TraceModel:
         routing=_routing(recording.routes, nodes, ops,
                          {recording.run.ggml.op_id(op) for op in MOE_OPS} - {-1}),
         sched=recording.sched,
+        step_runs=_step_runs(recording.batches, tokens),
     )
 
 
@@ -418,6 +423,16 @@ def token_phase(n_tokens: int, entry: int, sequences: int = 1) -> str:
 
 
 @dataclass(frozen=True)
+class SeqRun:
+    """The tokens of one sequence in a token step's batch."""
+
+    seq: int
+    pos: int | None
+    """Its first token's position (None: not known)."""
+    n_tokens: int
+
+
+@dataclass(frozen=True)
 class StepBatch:
     """What a token step's batch held."""
 
@@ -429,6 +444,33 @@ class StepBatch:
     """Its first token's position: from the batch, else (a batch that leaves positions to the
     KV cache) the tokens decoded before it where the capture saw the process from its start;
     None where it is not known (--pid)."""
+    runs: tuple[SeqRun, ...]
+    """Its sequences, in batch order (the first BATCH_RUNS; a batch that names none is
+    sequence 0's)."""
+
+
+def _runs(record: np.ndarray) -> tuple[SeqRun, ...]:
+    """The runs a BATCH record names: run r ends where the next one starts (the last one named,
+    at the next one's start or the end of the scan)."""
+    n_runs = int(record["n_runs"])
+    named = min(n_runs, BATCH_RUNS)
+    ends = [*record["start"][1:named].tolist(),
+            int(record["start"][named]) if n_runs > named else int(record["scanned"])]
+    known = bool(record["pos_known"])
+    return tuple(SeqRun(int(record["seq"][r]), int(record["pos"][r]) if known else None,
+                        ends[r] - int(record["start"][r])) for r in range(named))
+
+
+def _step_runs(batches: np.ndarray, tokens: Spans) -> dict[int, tuple[SeqRun, ...]]:
+    """Token step index -> its batch's runs, joined on the step's thread and begin time."""
+    step_at = {(int(t), int(b)): i for i, (t, b) in
+               enumerate(zip(tokens.tid.tolist(), tokens.begin.tolist(), strict=True))}
+    found = {}
+    for record in batches:
+        step = step_at.get((int(record["tid"]), int(record["ts"])))
+        if step is not None:
+            found[step] = _runs(record)
+    return found
 
 
 def step_batches(model: TraceModel) -> list[StepBatch]:
@@ -437,10 +479,11 @@ def step_batches(model: TraceModel) -> list[StepBatch]:
     counted = np.cumsum(np.maximum(n_tokens, 0)) - np.maximum(n_tokens, 0)
     first_pos = (tok.arg1 & 0xFFFFFFFF).astype(np.int64)
     sequences = np.maximum((tok.arg1 >> 32).astype(np.int64), 1)
-    steps = []
+    steps: list[StepBatch] = []
     for n, entry, seqs, given, count in zip(n_tokens.tolist(), tok.aux.tolist(),
                                             sequences.tolist(), first_pos.tolist(),
                                             counted.tolist(), strict=True):
         pos = given if given != UNKNOWN_POS else (count if model.run.from_start else None)
-        steps.append(StepBatch(n, token_phase(n, entry, seqs), seqs, pos))
+        runs = model.step_runs.get(len(steps), (SeqRun(0, pos, n),))
+        steps.append(StepBatch(n, token_phase(n, entry, seqs), seqs, pos, runs))
     return steps

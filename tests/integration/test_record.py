@@ -14,12 +14,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from profinfer_perfetto.capture.events import TokenEntry
 from profinfer_perfetto.model.names import WAIT_SLICE, probe_args
 from profinfer_perfetto.model.trace_model import token_phase
+from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
 from tests.conftest import Cli
 from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
@@ -27,6 +29,7 @@ from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
 pytestmark = pytest.mark.root
 
 PROMPT = "Paris is"
+TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
 COUNTED = {"ops": "ggml_cpu_extra_compute_forward",
            "fused": "ggml_compute_forward_rms_norm_mul_fused"}
 
@@ -226,11 +229,40 @@ def test_a_server_s_steps_with_two_sequences(cli: Cli, llama: Callable[..., Path
         for c in clients:
             c.join()
         _stop(recorder)
-    steps = [s.args for s in trace_reader.read(out).slices
-             if s.name in ("prefill", "decode", "mixed")]
+    trace = trace_reader.read(out)
+    steps = [s.args for s in trace.slices if "phase" in s.args]
     assert steps and all("pos" in a and 1 <= a["sequences"] <= 2 for a in steps)
     for a in steps:
         assert a["phase"] == token_phase(a["n_tokens"], TokenEntry.DECODE, a["sequences"])
+    # Each step's sequences: as many as it says, their tokens adding up to its own, each on
+    # the track of its sequence id (the server's slots are sequences 0 and 1).
+    per_step: dict[int, list[dict[str, Any]]] = {}
+    for s in trace.slices:
+        if "seq" in s.args:
+            per_step.setdefault(s.args["token_step"], []).append(s.args)
+    for a in steps:
+        seqs = per_step[a["step"]]
+        assert len(seqs) == a["sequences"]
+        assert sum(q["seq_tokens"] for q in seqs) == a["n_tokens"]
+        assert a["pos"] in {q["seq_pos"] for q in seqs}  # the batch's first run's
+    assert {q["seq"] for seqs in per_step.values() for q in seqs} == {0, 1}
+    # sequences: one request per slot, its prompt then its decoding, on both engines alike.
+    expected = []
+    for seq in (0, 1):
+        mine = sorted((q["token_step"], q["seq_tokens"]) for qs in per_step.values()
+                      for q in qs if q["seq"] == seq)
+        prompt_end = max(step for step, n in mine if n > 1)
+        begin = {a["step"]: s for s, a in ((s, s.args) for s in trace.slices
+                                            if "phase" in s.args)}
+        expected.append((seq, 1, mine[0][0], mine[-1][0],
+                         sum(n for step, n in mine if step <= prompt_end),
+                         sum(1 for step, _ in mine if step <= prompt_end),
+                         sum(1 for step, _ in mine if step > prompt_end),
+                         begin[prompt_end].end - begin[mine[0][0]].ts))
+    for engine in ("builtin", "trace_processor") if TP_BIN else ("builtin",):
+        with TraceQuery(out, engine) as q:
+            rows = q.metric("sequences").rows
+        assert sorted(tuple(r[:8]) for r in rows) == sorted(expected), engine
 
 
 def test_a_crashing_target_leaves_a_valid_trace(llama: Callable[..., Path],

@@ -7,6 +7,9 @@
 --   profinfer_step   one row per token step: step, phase (prefill, decode, mixed, encode),
 --                    n_tokens, sequences (in its batch), pos (its first token's position, NULL
 --                    where unknown), kv_len (pos + n_tokens for a one-sequence batch), ts, dur
+--   profinfer_seq_step  one row per (sequence, token step that held its tokens): seq, step,
+--                    n_tokens (its tokens in the step), pos (its first one's position, NULL
+--                    where unknown), ts, dur (the step's)
 --   profinfer_graph  one row per graph: graph, step, phase, backend, n_nodes, n_threads, ts, dur
 --   profinfer_op     one row per op slice (one thread's share of a node): ts, dur (work),
 --                    wait (its barrier wait), tid, graph, step, phase, node, op, subop,
@@ -76,13 +79,17 @@ SELECT
   MAX(CASE WHEN key = 'debug.sequences' THEN int_value END) AS sequences,
   MAX(CASE WHEN key = 'debug.pos' THEN int_value END) AS pos,
   MAX(CASE WHEN key = 'debug.experts' THEN string_value END) AS experts,
-  MAX(CASE WHEN key = 'debug.routed_tokens' THEN int_value END) AS routed_tokens
+  MAX(CASE WHEN key = 'debug.routed_tokens' THEN int_value END) AS routed_tokens,
+  MAX(CASE WHEN key = 'debug.seq' THEN int_value END) AS seq,
+  MAX(CASE WHEN key = 'debug.seq_tokens' THEN int_value END) AS seq_tokens,
+  MAX(CASE WHEN key = 'debug.seq_pos' THEN int_value END) AS seq_pos
 FROM args
 WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.layer',
               'debug.node', 'debug.dtype', 'debug.src0_dtype', 'debug.flops', 'debug.bytes', 'debug.graph',
               'debug.backend', 'debug.token_step', 'debug.n_nodes', 'debug.n_threads',
               'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos',
-              'debug.experts', 'debug.routed_tokens')
+              'debug.experts', 'debug.routed_tokens', 'debug.seq', 'debug.seq_tokens',
+              'debug.seq_pos')
 GROUP BY arg_set_id;
 
 CREATE INDEX profinfer_slice_args_id ON profinfer_slice_args (arg_set_id);
@@ -95,6 +102,14 @@ FROM (SELECT id, ts, dur, arg_set_id FROM slice WHERE +arg_set_id IN
         (SELECT arg_set_id FROM profinfer_slice_args
          WHERE phase IS NOT NULL AND step IS NOT NULL)) s
 JOIN profinfer_slice_args a USING (arg_set_id);
+
+-- Each (sequence, step) slice has args of its own (they name the step), so the arg sets alone
+-- are the rows.
+CREATE TABLE profinfer_seq_step AS
+SELECT a.seq, a.token_step AS step, a.seq_tokens AS n_tokens, a.seq_pos AS pos, st.ts, st.dur
+FROM profinfer_slice_args a
+JOIN profinfer_step st ON st.step = a.token_step
+WHERE a.seq IS NOT NULL;
 
 CREATE TABLE profinfer_graph_slice AS
 SELECT s.id AS slice_id, s.ts, s.dur, a.graph, s.arg_set_id
