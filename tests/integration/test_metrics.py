@@ -1,12 +1,15 @@
 """Every canned metric agrees with a recomputation in numpy from the events of a real run.
 
-One real recording (tiny-llama, 16 tokens, 2 threads) is modelled, written as a trace and
-queried; the same numbers are then derived here straight from the model's columns.
+One real recording (tiny-llama, 16 tokens, 2 threads, --sched, a busy loop on CPU 1 beside it)
+is modelled, written as a trace and queried; the same numbers are then derived here straight
+from the model's columns and the raw scheduling records.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import subprocess
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,12 +18,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from profinfer_perfetto.capture.events import SchedKind
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
 from profinfer_perfetto.model.work import op_work, role
 from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.sched_import import task_state
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 
@@ -31,8 +36,13 @@ pytestmark = pytest.mark.root
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceModel, TraceQuery]:
     cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model("tiny-llama")),
            "-p", "Paris is the capital of", "-n", "16", "-t", "2", "-no-cnv", "--no-warmup"]
-    request = RecordRequest(command=cmd, counters=("context-switches", "task-clock"))
-    model = build(record(request, plan(request)))
+    request = RecordRequest(command=cmd, counters=("context-switches", "task-clock"), sched=True)
+    hog = subprocess.Popen(["taskset", "-c", "1", "sh", "-c", "while :; do :; done"])
+    try:
+        model = build(record(request, plan(request)))
+    finally:
+        hog.kill()
+        hog.wait()
     path = tmp_path_factory.mktemp("metrics") / "run.pftrace"
     with path.open("wb") as out:
         write_perfetto(build_layout(model), out)
@@ -252,11 +262,128 @@ def test_counters(run: tuple[TraceModel, TraceQuery]) -> None:
     assert not got
 
 
+def test_sequences(run: tuple[TraceModel, TraceQuery]) -> None:
+    """llama-completion decodes one sequence: one request, its prompt the first step."""
+    model, q = run
+    s = steps(model)
+    decode = [x["dur"] for x in s[1:]]
+    (row,) = by_key(q.metric("sequences"), "seq", "request").values()
+    assert (row["seq"], row["first_step"], row["last_step"], row["prompt_tokens"],
+            row["prompt_steps"], row["decode_steps"], row["ttft_ns"], row["decode_max_ns"]) == (
+        0, 0, len(s) - 1, s[0]["n_tokens"], 1, len(s) - 1, s[0]["dur"], max(decode))
+    assert row["decode_mean_ns"] == half_up(sum(decode) / len(decode))
+    assert close(row["tokens_per_s"], len(decode) * 1e9 / sum(decode))
+
+
+Interval = tuple[int, int]
+
+
+Run = tuple[int, int, int, int, bool]
+"""tid, cpu, begin, end, and whether trace_processor sees it begin."""
+
+
+def _sched_slices(model: TraceModel) -> list[Run]:
+    """Each time a task ran: between a CPU's consecutive switches (the last one, still open,
+    left out). A CPU's first switch only says who runs there (in compact sched data the switch
+    before names the task switched out): trace_processor does not see that run begin."""
+    assert model.sched is not None
+    out = []
+    for cpu in sorted(set(model.sched.records["cpu"].tolist())):
+        sw = model.sched.records[(model.sched.records["cpu"] == cpu)
+                                 & (model.sched.records["kind"] == SchedKind.SWITCH)].tolist()
+        for i, (a, b) in enumerate(itertools.pairwise(sw)):
+            out.append((int(a[4]), cpu, int(a[0]), int(b[0]), i > 0))
+    return out
+
+
+def _waits(model: TraceModel, slices: list[Run]) -> dict[int, list[tuple[int, int, bool]]]:
+    """Per inference thread, each time it waited for a CPU, between two of its runs: all of the
+    gap when it was switched out runnable (a preemption), else from its first wakeup in the gap;
+    and before its first run, from its first wakeup. A wait ended by a run trace_processor does
+    not see begin stays open there, and is left out."""
+    assert model.sched is not None
+    rec = model.sched.records
+    wakings: dict[int, list[int]] = defaultdict(list)
+    for r in rec[rec["kind"] == SchedKind.WAKING].tolist():
+        wakings[int(r[4])].append(int(r[0]))
+    out_state = {(int(r[2]), int(r[0])): int(r[1])
+                 for r in rec[rec["kind"] == SchedKind.SWITCH].tolist()}
+    waits: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
+    for tid in model.thread_ids():
+        runs = sorted((b, e, seen) for t, _, b, e, seen in slices if t == tid)
+        gaps: list[tuple[int | None, int, bool]] = [(None, runs[0][0], runs[0][2])] if runs else []
+        gaps += [(e, b, seen) for (_, e, _), (b, _, seen) in itertools.pairwise(runs)]
+        for end, begin, seen in gaps:
+            if not seen:
+                continue
+            state = None if end is None else task_state(out_state.get((tid, end), -1))
+            if end is not None and state in ("R", "R+"):
+                waits[tid].append((end, begin, True))
+                continue
+            woken = [w for w in wakings[tid] if (end is None or w >= end) and w < begin]
+            if woken:
+                waits[tid].append((woken[0], begin, False))
+    return {t: [w for w in ws if w[1] > w[0]] for t, ws in waits.items()}
+
+
+def _clip(a: int, b: int, window: Interval) -> int:
+    return max(min(b, window[1]) - max(a, window[0]), 0)
+
+
+def _union(intervals: list[Interval]) -> list[Interval]:
+    merged: list[Interval] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def test_interference(run: tuple[TraceModel, TraceQuery]) -> None:
+    """interference, interference_tasks and interference_ops from the raw switch and wakeup
+    records: runs per CPU, the inference threads' waits between their runs."""
+    model, q = run
+    slices = _sched_slices(model)
+    waits = _waits(model, slices)
+    inference = set(model.thread_ids())
+    others = [(t, cpu, b, e) for t, cpu, b, e, seen in slices
+              if seen and t not in inference and t != 0]
+    windows = [(int(b), int(e)) for b, e in zip(model.tokens.begin.tolist(),
+                                                  model.tokens.end.tolist(), strict=True)]
+    all_waits = [(a, b) for ws in waits.values() for a, b, _ in ws]
+    got = by_key(q.metric("interference"), "step")
+    for i, w in enumerate(windows):
+        row = got[(i,)]
+        assert row["waiting_ns"] == sum(_clip(a, b, w) for a, b in all_waits)
+        assert row["preempted_ns"] == sum(_clip(a, b, w) for ws in waits.values()
+                                          for a, b, pre in ws if pre)
+        assert row["stalled_ns"] == sum(_clip(a, b, w) for a, b in _union(all_waits))
+        assert row["others_ns"] == sum(_clip(b, e, w) for _, _, b, e in others)
+    contended = _union(windows + all_waits)
+    tasks = by_key(q.metric("interference_tasks"), "tid")
+    taken: dict[int, int] = defaultdict(int)
+    for t, _, b, e in others:
+        taken[t] += sum(_clip(b, e, c) for c in contended)
+    assert {t: r["taken_ns"] for (t,), r in tasks.items()} == {t: n for t, n in taken.items()
+                                                               if n > 0}
+    assert sum(r["taken_ns"] for r in tasks.values()) > 0  # the busy loop, at least
+    ops = by_key(q.metric("interference_ops"), "phase", "op")
+    expected: dict[tuple[str, str], int] = defaultdict(int)
+    for o in op_slices(model):
+        if o["phase"] is not None:
+            span = (o["begin"], o["begin"] + o["dur"])
+            expected[o["phase"], o["op"]] += sum(_clip(a, b, span)
+                                                 for a, b, _ in waits.get(o["tid"], []))
+    assert {k: r["waiting_ns"] for k, r in ops.items()} == dict(expected)
+
+
 def test_every_metric_is_checked() -> None:
     from profinfer_perfetto.query.metrics import canned
 
     tested = {"token_latency", "token_steps", "op_summary", "thread_balance", "graph_summary",
-              "kv_growth", "op_cost", "counters",
+              "kv_growth", "op_cost", "counters", "sequences", "interference",
+              "interference_tasks", "interference_ops",
               "moe_experts", "moe_cost"}  # in test_routing.py, on a Mixture-of-Experts model
     assert tested == set(canned())
 
