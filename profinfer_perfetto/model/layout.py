@@ -20,6 +20,8 @@ from profinfer_perfetto.capture.sched import Scheduling
 from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.names import (
     CPU_ARG,
+    GENERATE_SLICE,
+    PROMPT_SLICE,
     RECORD_SLICE,
     RECORDING_TRACK,
     SEQ_ARGS,
@@ -407,7 +409,7 @@ class _LayoutBuilder:
             at = np.array([step for step, *_ in steps], np.int64)
             self.rows.slices(
                 track, tok.begin[at], tok.end[at], 0,
-                [self.strings("prefill" if n > 1 else "decode") for _, n, _, _ in steps],
+                [self.strings(PROMPT_SLICE if n > 1 else GENERATE_SLICE) for _, n, _, _ in steps],
                 [self.arg_set(((seq_arg, seq), (step_arg, step), (tokens_arg, n),
                                *([] if pos is None else [(pos_arg, pos)])))
                  for step, n, seq, pos in steps])

@@ -17,7 +17,10 @@ WAIT_SLICE = "barrier wait"
 """A thread's wait at the barrier after its share of an op."""
 SEQUENCE_TRACK = "sequence"
 """A track per sequence id (`sequence 1`): a slice per token step that held its tokens, named
-`prefill` (several of its tokens) or `decode` (one), with args SEQ_ARGS."""
+PROMPT_SLICE (several of its tokens) or GENERATE_SLICE (one), with args SEQ_ARGS. (Not the
+phase names: a step is found by its args or its name, and these are not steps.)"""
+PROMPT_SLICE = "prompt"
+GENERATE_SLICE = "generate"
 SEQ_ARGS = ("seq", "token_step", "seq_tokens", "seq_pos")
 CPU_ARG = "cpu"
 """With --sched: an op slice's arg, the CPU its thread began the op on."""
