@@ -169,14 +169,99 @@ def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     doc, _, summary = out.partition("\nrecorded ")
     result = {("pp" if t["n_prompt"] else "tg"): float(t["avg_ts"]) for t in json.loads(doc)}
+    return {**result, **_recorder_said(summary)}
+
+
+def _recorder_said(summary: str) -> dict[str, float]:
+    """From record's summary: its CPU share of the capture, peak memory, events and losses."""
+    said: dict[str, float] = {}
     for line in summary.splitlines():
+        words = line.split()
         if line.strip().startswith("recorder CPU"):
-            cpu, span = line.split()[2], line.split()[5]
-            result["recorder_cpu_share"] = float(cpu) / float(span)
+            said["recorder_cpu_share"] = float(words[2]) / float(words[9])
+            said["recorder_cpu_s"], said["capture_s"] = float(words[2]), float(words[9])
+            said["peak_mb"] = float(words[6])
         if line.strip().startswith("events "):
-            result["events"] = float(line.split()[1].rstrip(","))
-            result["lost"] = float(line.split()[3])
-    return result
+            said["events"] = float(words[1].rstrip(","))
+            said["lost"] = float(words[3])
+    return said
+
+
+def _record(out: Path, command: list[str], *options: str) -> dict[str, float]:
+    """Run `record` (the CLI, its own process) and what its summary said, with bytes per op."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
+                           *options, "--", *command], capture_output=True, text=True, check=True)
+    said = _recorder_said(done.stdout)
+    with TraceQuery(out, "builtin") as q:
+        ops = q.sql("select count(*) from profinfer_op_rows").rows[0][0]
+    said["bytes_per_op"] = round(out.stat().st_size / max(ops, 1), 1)
+    return said
+
+
+def bench_memory() -> dict[str, Any]:
+    """Recorder peak memory and CPU against capture length (the Gemma demo's 32 tokens, and
+    10 and 100 times that) and against event rate (models of different speeds)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {}
+    for model, tokens in (("gemma-3-270m", 32), ("gemma-3-270m", 320), ("gemma-3-270m", 3200),
+                          ("tiny-llama", 3200), ("medium-llama", 320)):
+        said = _record(CACHE / "memory.pftrace", completion(model, tokens, 2, "--ignore-eos"))
+        said["events_per_s"] = round(said["events"] / max(said["capture_s"], 1e-9))
+        results[f"{model} {tokens} tokens"] = said
+        print(model, tokens, said, flush=True)
+    return results
+
+
+def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
+    """record --pid on a llama-server (3 slots) under continuous load from `clients` clients
+    for `seconds`: peak memory, CPU, events, losses."""
+    import subprocess
+    import sys
+    import threading
+    import urllib.request
+
+    port = 18_500
+    server = subprocess.Popen(
+        [str(assets.llama_bin("llama-server")), "-m", str(assets.model("tiny-llama")), "-t", "2",
+         "-np", str(clients), "-c", str(1024 * clients), "--host", "127.0.0.1", "--port",
+         str(port), "--no-warmup"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    stop = threading.Event()
+
+    def client() -> None:
+        body = json.dumps({"prompt": "Paris is the capital of", "n_predict": 64}).encode()
+        while not stop.is_set():
+            request = urllib.request.Request(f"{url}/completion", body,
+                                             {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                answer.read()
+
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        workers = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+        for w in workers:
+            w.start()
+        out = CACHE / "server.pftrace"
+        recorder = subprocess.run(
+            [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--pid",
+             str(server.pid), "--duration", str(seconds)], capture_output=True, text=True,
+            check=True)
+        stop.set()
+    finally:
+        server.terminate()
+        server.wait()
+    said = _recorder_said(recorder.stdout)
+    said["events_per_s"] = round(said["events"] / max(said["capture_s"], 1e-9))
+    said["trace_mb"] = round(out.stat().st_size / 2**20, 1)
+    return {f"llama-server {clients} slots, {clients} clients, {seconds:g} s": said}
 
 
 def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]:
@@ -334,6 +419,8 @@ def bench_encoding() -> dict[str, Any]:
 
 BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "overhead": bench_overhead,
+    "memory": bench_memory,
+    "server": bench_server,
     "steps": bench_traced_steps,
     "capacity": bench_capacity,
     "encoding": bench_encoding,
@@ -374,6 +461,16 @@ def markdown(results: dict[str, Any]) -> str:
                           str(r["median_step_ms"]), str(r["sample_cost_steps"]),
                           f"{r['sample_256_slowdown']:+.2%}"]
                          for name, r in results["steps"].items()])
+    memory = {**results.get("memory", {}), **results.get("server", {})}
+    if memory:
+        lines += _table(["streamed capture (record's own process)", "capture s", "events",
+                         "events/s", "recorder peak MB", "recorder CPU / capture", "lost",
+                         "bytes per op"],
+                        [[name, f"{r['capture_s']:.1f}", str(int(r["events"])),
+                          str(r["events_per_s"]), f"{r['peak_mb']:.0f}",
+                          f"{r['recorder_cpu_share']:.1%}", str(int(r["lost"])),
+                          str(r.get("bytes_per_op", ""))]
+                         for name, r in memory.items()])
     if "capacity" in results:
         lines += _table(["capacity (tiny-llama, 2 threads)", "events kept", "events/s",
                          "events lost", "node descriptors lost"],

@@ -20,6 +20,7 @@ from profinfer_perfetto.commands.check import CheckCommand
 from profinfer_perfetto.commands.open import DEFAULT_PORT, OpenCommand
 from profinfer_perfetto.commands.query import QueryCommand, expand
 from profinfer_perfetto.commands.record import RecordCommand
+from profinfer_perfetto.encode.stream import Rotation
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
 
@@ -92,6 +93,14 @@ def record(
         typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
                      "the chosen steps (lowest overhead; a step may be missed on fast targets)."),
     ] = False,
+    max_size: Annotated[
+        str | None,
+        typer.Option("--max-size", help="Write the run to a series of files of about this size "
+                     "each (NAME.000.pftrace, ...; like 200M or 1G), each a whole trace."),
+    ] = None,
+    rotate: Annotated[
+        int, typer.Option("--rotate", help="With --max-size: keep only the newest N files.")
+    ] = 0,
     sched: Annotated[
         bool,
         typer.Option("--sched", help="Also record every context switch and wakeup on the "
@@ -105,6 +114,7 @@ def record(
         counter_config(name)
     if len(counters) > MAX_COUNTERS:
         raise ProfinferError(f"at most {MAX_COUNTERS} counters can be read per op")
+    rotation = _rotation(max_size, rotate, json)
     if sched and json:
         raise ProfinferError("--sched needs the Perfetto format: Chrome JSON has no CPU "
                              "scheduling (leave out --json)")
@@ -122,7 +132,31 @@ def record(
         selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers),
         sched=sched,
     )
-    raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf).run())
+    raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation).run())
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _rotation(max_size: str | None, rotate: int, json: bool) -> Rotation | None:
+    if max_size is None:
+        if rotate:
+            raise ProfinferError("--rotate keeps the newest of the files --max-size makes: give "
+                                 "--max-size too")
+        return None
+    if json:
+        raise ProfinferError("--max-size writes Perfetto traces as the run goes: leave out --json")
+    text = max_size.strip().upper().removesuffix("B")
+    unit = text[-1:] if text[-1:] in _UNITS else ""
+    try:
+        size = int(float(text.removesuffix(unit)) * _UNITS[unit])
+    except ValueError:
+        size = 0
+    if size < 1 << 20:
+        raise ProfinferError(f"--max-size {max_size}: give a size of 1M or more (like 200M or 1G)")
+    if rotate < 0:
+        raise ProfinferError(f"--rotate {rotate}: give how many files to keep")
+    return Rotation(size, rotate)
 
 
 @app.command()

@@ -17,14 +17,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, Ring, StopReason
+from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, SCHED, Ring, StopReason
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
-from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, target_cpus
+from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, scheduling, target_cpus
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
 from profinfer_perfetto.capture.target import Probe, ProbePlan
@@ -65,6 +66,10 @@ class Run:
     """BPF program -> its runs and time in the kernel, when the kernel keeps BPF stats."""
     from_start: bool = True
     """The capture saw the process from its start (a launched command), not from --pid."""
+    sched_cpus: list[int] | None = None
+    """With --sched: the CPUs watched."""
+    sched_lost: int = 0
+    """With --sched: scheduling records lost to a full ring."""
 
     @property
     def complete(self) -> bool:
@@ -242,13 +247,15 @@ def record(
     request: RecordRequest,
     probe_plan: ProbePlan | None,
     on_attached: Callable[[int], None] | None = None,
+    sink: Sink | None = None,
 ) -> Recording:
     """Capture until the target ends, the duration passes or the recorder gets SIGINT/SIGTERM.
 
     With no `probe_plan` (the runtime is not among the command's own files: a wrapper, an
     interpreter, a dlopened backend) the command is followed until one of its processes maps
     the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
-    place, before the target runs on.
+    place, before the target runs on. With a `sink`, each drain goes there as it comes and the
+    Recording returned holds the run only; else it holds every record.
     """
     require_root()
     launched = _Launched(request.command) if request.command else None
@@ -279,8 +286,10 @@ def record(
                 launched.kill()
             raise
         named = launched is not None and not watched
+        kept = _Keep()
         with _sched_probes(request, pid) as (sched, sched_note):
-            capture = _Capture(session, request, probe_plan, pid, launched, named)
+            capture = _Capture(session, request, probe_plan, pid, launched, named, sched,
+                               sink or kept)
             if sched_note:
                 capture.extra_notes.append(sched_note)
             if on_attached is not None:
@@ -289,7 +298,17 @@ def record(
                 resume(pid)
             elif launched is not None:
                 launched.release()
-            return capture.run(stop, sched)
+            run = capture.run(stop)
+            return Recording(
+                events=kept.joined("events", EVENT),
+                nodes=kept.joined("nodes", NODE),
+                run=run,
+                op_stats=capture.op_stats,
+                routes=kept.joined("routes", ROUTE),
+                sched=None if sched is None else scheduling(kept.joined("sched", SCHED),
+                                                            sched.cpus, run.sched_lost),
+                batches=kept.joined("batches", BATCH),
+            )
 
 
 @contextlib.contextmanager
@@ -333,8 +352,46 @@ def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
     return tuple(p for p in probe_plan.probes if selection.barriers or p.fn != "barrier_enter")
 
 
+@dataclass
+class Drained:
+    """What one drain of the rings brought, in arrival order."""
+
+    events: np.ndarray
+    nodes: np.ndarray
+    routes: np.ndarray
+    batches: np.ndarray
+    sched: np.ndarray
+    """SCHED records (empty without --sched)."""
+
+
+class Sink(Protocol):
+    """Takes each drain while the capture runs (`run`: what is known of it so far, `end_ns`
+    now), and says why the capture must stop, if it must; record() keeps nothing of what a
+    sink takes."""
+
+    def __call__(self, drained: Drained, run: Run) -> str | None: ...
+
+
+class _Keep:
+    """The sink that keeps everything, for a Recording of the whole run."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in Drained.__dataclass_fields__}
+
+    def __call__(self, drained: Drained, run: Run) -> str | None:
+        for name, parts in self.parts.items():
+            array = getattr(drained, name)
+            if array.size:
+                parts.append(array)
+        return None
+
+    def joined(self, name: str, dtype: np.dtype) -> np.ndarray:
+        parts = self.parts[name]
+        return np.concatenate(parts) if parts else np.empty(0, dtype)
+
+
 class _Capture:
-    """Drains the rings until the target ends, then assembles the Recording.
+    """Drains the rings into a sink until the target ends, then says how the run went.
 
     The capture began at `begin` (boot ns, with the recorder's CPU time at `cpu_at_begin`), once
     the probes were in place and before the target ran on. `named`: the target is the command
@@ -342,13 +399,10 @@ class _Capture:
     """
 
     def __init__(self, session: ProbeSession, request: RecordRequest, probe_plan: ProbePlan,
-                 pid: int, launched: _Launched | None, named: bool) -> None:
+                 pid: int, launched: _Launched | None, named: bool,
+                 sched: SchedProbes | None, sink: Sink) -> None:
         self.session, self.request, self.probe_plan = session, request, probe_plan
-        self.pid, self.launched = pid, launched
-        self.events: list[np.ndarray] = []
-        self.nodes: list[np.ndarray] = []
-        self.routes: list[np.ndarray] = []
-        self.batches: list[np.ndarray] = []
+        self.pid, self.launched, self.sched, self.sink = pid, launched, sched, sink
         self.op_stats: list[tuple[int, np.ndarray]] = []
         self.threads: dict[int, str] = {}
         self.extra_notes: list[str] = []
@@ -360,26 +414,19 @@ class _Capture:
                                  else target.process_name(pid))
         self.begin, self.cpu_at_begin = boot_ns(), time.process_time()
 
-    def drain(self, sched: SchedProbes | None) -> None:
+    def drain(self) -> str | None:
+        """Hand the records since the last drain to the sink; why to stop, if the sink says."""
         events, nodes, routes, batches = self.session.read()
-        if routes.size:
-            self.routes.append(routes)
-        if batches.size:
-            self.batches.append(batches)
-        if events.size:
-            self.events.append(events)
-            for tid in np.unique(events["tid"]).tolist():
-                if tid not in self.threads:
-                    self.threads[tid] = (target.thread_name(self.pid, tid)
-                                         or self.process_name)
-        if nodes.size:
-            self.nodes.append(nodes)
+        for tid in np.unique(events["tid"]).tolist():
+            if tid not in self.threads:
+                self.threads[tid] = target.thread_name(self.pid, tid) or self.process_name
         if self.request.selection.aggregate:
             self.op_stats.append((boot_ns(), self.session.op_stats()))
-        if sched is not None:
-            sched.drain()
+        sched = self.sched.read() if self.sched is not None else np.empty(0, SCHED)
+        return self.sink(Drained(events, nodes, routes, batches, sched),
+                         self.run_so_far("running"))
 
-    def until_end(self, stop: _Stop, sched: SchedProbes | None) -> str:
+    def until_end(self, stop: _Stop) -> str:
         """Drain until the target ends, the duration passes or the recorder is stopped; how
         the capture ended."""
         duration = self.request.duration_s
@@ -387,7 +434,9 @@ class _Capture:
         proc = None if self.launched is None else self.launched.proc
         while True:
             time.sleep(DRAIN_INTERVAL_S)
-            self.drain(sched)
+            refused = self.drain()
+            if refused is not None:
+                return f"capture stopped: {refused}"
             if self.launched is not None and (ended := self.launched.ended()) is not None:
                 return ended
             if self.launched is None and not target.is_alive(self.pid):
@@ -424,20 +473,20 @@ class _Capture:
                 session.arm(False)
                 session.detach(op_probes)
 
-    def run(self, stop: _Stop, sched: SchedProbes | None) -> Recording:
+    def run(self, stop: _Stop) -> Run:
+        """Capture until the end; the run as it went."""
         done = threading.Event()
         steerer = threading.Thread(target=self.steer, args=(done,), daemon=True)
         if self.request.selection.detach:
             steerer.start()
-        status = self.until_end(stop, sched)
+        status = self.until_end(stop)
         done.set()
         if steerer.is_alive():
             steerer.join()
-        self.drain(sched)
-        scheduling = None if sched is None else sched.result()
-        return self.recording(status, scheduling, sched.costs() if sched is not None else {})
+        self.drain()
+        return self.run_so_far(status, final=True)
 
-    def notes(self, lost: dict[Ring, int], scheduling: Scheduling | None) -> list[str]:
+    def notes(self, lost: dict[Ring, int], sched_lost: int) -> list[str]:
         notes = list(self.probe_plan.notes) + self.extra_notes
         if not self.request.selection.barriers:
             notes.append("--no-barriers: an op lasts until its thread's next op, barrier wait "
@@ -448,16 +497,17 @@ class _Capture:
         if lost[Ring.BATCHES]:
             notes.append(f"{lost[Ring.BATCHES]} batch records lost to a full ring: some token "
                          "steps do not say their sequences")
-        if scheduling is not None and scheduling.lost:
-            notes.append(f"{scheduling.lost} scheduling records lost to a full ring: CPU tracks "
+        if sched_lost:
+            notes.append(f"{sched_lost} scheduling records lost to a full ring: CPU tracks "
                          "have gaps")
         return notes
 
-    def recording(self, status: str, scheduling: Scheduling | None,
-                  sched_costs: dict[str, ProbeCost]) -> Recording:
-        end = boot_ns()
-        lost = self.session.lost()
-        run = Run(
+    def run_so_far(self, status: str, final: bool = False) -> Run:
+        """The run as known now (with its losses, notes and costs when `final`)."""
+        lost = self.session.lost() if final else dict.fromkeys(Ring, 0)
+        sched_lost = self.sched.lost() if final and self.sched is not None else 0
+        costs = {**self.session.costs(), **(self.sched.costs() if self.sched else {})}
+        return Run(
             ggml=self.probe_plan.ggml,
             pid=self.pid,
             process_name=self.process_name,
@@ -467,24 +517,15 @@ class _Capture:
             lost_events=lost[Ring.EVENTS],
             lost_nodes=lost[Ring.NODES],
             begin_ns=self.begin,
-            end_ns=end,
+            end_ns=boot_ns(),
             status=status,
-            notes=self.notes(lost, scheduling),
+            notes=self.notes(lost, sched_lost) if final else [],
             recorder_cpu_s=round(time.process_time() - self.cpu_at_begin, 3),
             aggregate=self.request.selection.aggregate,
-            probe_costs={**self.session.costs(), **sched_costs},
+            probe_costs=costs if final else {},
             from_start=self.launched is not None,
-        )
-        return Recording(
-            events=_joined(self.events, EVENT),
-            nodes=_joined(self.nodes, NODE),
-            run=run,
-            op_stats=self.op_stats,
-            routes=_joined(self.routes, ROUTE),
-            sched=scheduling,
-            batches=_joined(self.batches, BATCH),
+            sched_cpus=self.sched.cpus if self.sched is not None else None,
+            sched_lost=sched_lost,
         )
 
 
-def _joined(chunks: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
-    return np.concatenate(chunks) if chunks else np.empty(0, dtype)

@@ -9,6 +9,7 @@ and each process's command line, so the trace can say who ran instead of the tar
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +26,20 @@ from profinfer_perfetto.errors import ProfinferError
 SCHED_PAGES = 1024
 """The sched ring: 4 MiB, 65536 records, the switches of a busy CPU over several drains."""
 TRACEPOINTS = ("sched_switch", "sched_waking")
+
+
+def kernel() -> tuple[str, str, str, str]:
+    """uname: sysname, release, version, machine."""
+    uname = os.uname()
+    return uname.sysname, uname.release, uname.version, uname.machine
+
+
+def scheduling(records: np.ndarray, cpus: list[int], lost: int,
+               known: Container[int] = ()) -> Scheduling:
+    """`records` in time order, with the tasks they name (but the `known` ones) looked up."""
+    records = records[np.argsort(records["ts"], kind="stable")]
+    tasks = tasks_of(records, known)
+    return Scheduling(records, cpus, tasks, programs_of(tasks), kernel(), lost)
 
 
 def sched_text(max_cpus: int) -> str:
@@ -71,16 +86,17 @@ class Scheduling:
     """Records dropped because the ring was full."""
 
 
-def _tasks(records: np.ndarray) -> dict[int, Task]:
-    """Each task's process (from the switches away from it, else /proc) and its latest name."""
+def tasks_of(records: np.ndarray, known: Container[int] = ()) -> dict[int, Task]:
+    """The tasks `records` name that are not `known`: each one's process (from the switches away
+    from it, else /proc) and its latest name. Call while they may still be there."""
     tasks: dict[int, Task] = {}
-    named = records["tid"].tolist()
-    for tid, comm in zip(named, records["comm"].tolist(), strict=True):
-        tasks[tid] = Task(0, comm.decode(errors="replace"))
+    for tid, comm in zip(records["tid"].tolist(), records["comm"].tolist(), strict=True):
+        if tid not in known:
+            tasks[tid] = Task(0, comm.decode(errors="replace"))
     for tid, tgid in zip(records["prev_tid"].tolist(), records["prev_tgid"].tolist(),
                          strict=True):
-        task = tasks.setdefault(tid, Task(0, ""))
-        task.tgid = tgid
+        if tid not in known:
+            tasks.setdefault(tid, Task(0, "")).tgid = tgid
     tasks.pop(0, None)
     for tid, task in tasks.items():
         if not task.tgid:
@@ -101,7 +117,8 @@ def _status_tgid(tid: int) -> int:
     return 0
 
 
-def _programs(tasks: dict[int, Task]) -> dict[int, str]:
+def programs_of(tasks: dict[int, Task]) -> dict[int, str]:
+    """The program of each process the tasks belong to."""
     programs: dict[int, str] = {}
     for task in tasks.values():
         if task.tgid and task.tgid not in programs:
@@ -128,27 +145,18 @@ class SchedProbes:
         self.cpus = cpus
         self._ring = RingReader(self._bpf[b"sched"].map_fd,
                                 SCHED_PAGES * os.sysconf("SC_PAGE_SIZE"), SCHED)
-        self._chunks: list[np.ndarray] = []
 
-    def drain(self) -> None:
-        records = self._ring.read()
-        if records.size:
-            self._chunks.append(records)
+    def read(self) -> np.ndarray:
+        """The records since the last read, in arrival order."""
+        return self._ring.read()
 
     def costs(self) -> dict[str, ProbeCost]:
         return program_costs(self._bpf)
 
-    def result(self) -> Scheduling:
-        """Everything seen, with the tasks looked up (call while they may still be there)."""
-        self.drain()
-        records = np.concatenate(self._chunks) if self._chunks else np.empty(0, SCHED)
-        records = records[np.argsort(records["ts"], kind="stable")]
-        tasks = _tasks(records)
+    def lost(self) -> int:
+        """Records dropped because the ring was full."""
         lost = self._bpf[b"lost"]
-        uname = os.uname()
-        return Scheduling(records, self.cpus, tasks, _programs(tasks),
-                          (uname.sysname, uname.release, uname.version, uname.machine),
-                          int(lost[lost.Key(0)].value))
+        return int(lost[lost.Key(0)].value)
 
     def close(self) -> None:
         self._ring.close()

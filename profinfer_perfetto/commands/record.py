@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import io
 import os
+import resource
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from profinfer_perfetto.capture.program import program_text
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
 from profinfer_perfetto.capture.sched import sched_text
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
-from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.encode.stream import Rotation, TraceStream
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
-from profinfer_perfetto.model.trace_model import PHASES, TraceModel, build, step_batches
+from profinfer_perfetto.model.totals import RunTotals
+from profinfer_perfetto.model.trace_model import PHASES, TraceModel, build
 
 
 @dataclass
@@ -28,6 +28,7 @@ class RecordCommand:
     output: Path
     json: bool = False
     ebpf: bool = False
+    rotation: Rotation | None = None
 
     def run(self) -> int:
         probe_plan = plan(self.request)
@@ -50,18 +51,27 @@ class RecordCommand:
             return 0
         require_root()
         check_writable(self.output)
-        recording = record(self.request, probe_plan, self._attached)
-        model = build(recording)
-        layout = build_layout(model)
-        with atomic_output(self.output) as out:
-            if self.json:
+        if self.json:
+            model = build(record(self.request, probe_plan, self._attached))
+            with atomic_output(self.output) as out:
                 text_out = io.TextIOWrapper(out, encoding="utf-8")
-                written = write_chrome_json(layout, text_out)
+                written = write_chrome_json(build_layout(model), text_out)
                 text_out.flush()
                 text_out.detach()
-            else:
-                written = write_perfetto(layout, out)
-        print(summary(model, self.output, written, "events" if self.json else "packets"))
+            print(summary(RunTotals.of(model), model, self.output, written, "events"))
+            return 0
+        stream = TraceStream(self.output, self.rotation)
+        try:
+            recording = record(self.request, probe_plan, self._attached, stream)
+        except BaseException:
+            stream.abandon()
+            raise
+        stream.finish(recording)
+        assert stream.last is not None, "finish() writes the run's last chunk"
+        print(summary(stream.totals, stream.last, stream.files[-1], stream.packets, "packets"))
+        if len(stream.files) > 1:
+            print(f"  the run is in {len(stream.files)} files, {stream.files[0].name} to "
+                  f"{stream.files[-1].name}, each a whole trace")
         return 0
 
     def _attached(self, pid: int) -> None:
@@ -84,25 +94,22 @@ def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:
     return out
 
 
-def summary(model: TraceModel, output: Path, written: int, unit: str) -> str:
-    tok = model.tokens
-    batches = step_batches(model)
-    phases = [b.phase for b in batches]
-    n_tokens = np.array([b.n_tokens for b in batches], np.int64)
-    by_phase = ", ".join(f"{phases.count(p)} {p}" for p in PHASES if p in phases)
-    threads = len(set(model.ops.tid.tolist()))
+def summary(totals: RunTotals, model: TraceModel, output: Path, written: int, unit: str) -> str:
+    """What record says when it is done; `model`: the run's (last chunk's) model."""
+    steps = sum(totals.steps.values())
+    by_phase = ", ".join(f"{totals.steps[p]} {p}" for p in PHASES if totals.steps[p])
     size = output.stat().st_size
     lines = [
         f"recorded {model.run.process_name} (pid {model.run.pid}): {model.run.status}",
-        f"  token steps {len(tok)}" + (f" ({by_phase}; {int(n_tokens[n_tokens > 0].sum())} "
-                                        "tokens)" if len(tok) else ""),
-        f"  graphs {len(model.graphs)}, "
+        f"  token steps {steps}" + (f" ({by_phase}; {totals.tokens} tokens)" if steps else ""),
+        f"  graphs {totals.graphs}, "
         + ("ops summed in BPF (--aggregate)" if model.run.aggregate
-           else f"ops {len(model.ops)} on {threads} threads")
-        + f", DAG edges {len(model.edges)}",
-        f"  events {model.event_count}, lost {model.run.lost_events} events and "
-        f"{model.run.lost_nodes} node descriptors, {model.dropped_ops} ops outside graphs",
-        f"  recorder CPU {model.run.recorder_cpu_s:.2f} s over "
+           else f"ops {totals.ops} on {len(totals.op_threads)} threads")
+        + f", DAG edges {totals.edges}",
+        f"  events {totals.events}, lost {model.run.lost_events} events and "
+        f"{model.run.lost_nodes} node descriptors, {totals.dropped_ops} ops outside graphs",
+        f"  recorder CPU {model.run.recorder_cpu_s:.2f} s, peak memory "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, over "
         f"{(model.run.end_ns - model.run.begin_ns) / 1e9:.2f} s of capture",
     ]
     if model.run.probe_costs:

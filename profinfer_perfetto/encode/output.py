@@ -10,6 +10,9 @@ from typing import IO
 
 from profinfer_perfetto.errors import ProfinferError
 
+PART_SUFFIX = ".part"
+"""A trace `record` is still writing (encode/stream.py): OUTPUT.part until the run ends."""
+
 
 def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.partial")

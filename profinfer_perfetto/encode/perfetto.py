@@ -16,6 +16,7 @@ ui.perfetto.dev expand on load.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -103,16 +104,28 @@ class _Interned:
             data.debug_annotation_string_values.add(iid=iid, str=value.encode())
 
 
-class _Sequences:
-    """Which sequence each track's events go to, and each sequence's default tracks."""
+@dataclass
+class Written:
+    """What a trace written in parts (`write_perfetto` called per chunk of a run) already holds:
+    the tracks it described and the packet sequences it used."""
 
-    def __init__(self, layout: Layout) -> None:
+    described: set[int] = dataclasses.field(default_factory=set)
+    next_sequence: int = GLOBAL_SEQUENCE
+    sched_sequence: int = 0
+    """The sequence of the scheduling data (0: none written yet)."""
+
+
+class _Sequences:
+    """Which sequence each track's events go to, and each sequence's default tracks: the
+    non-thread tracks' sequence is `first`, the threads' follow."""
+
+    def __init__(self, layout: Layout, first: int) -> None:
         n = len(layout.tracks)
-        self.of_track = np.full(n, GLOBAL_SEQUENCE, np.int64)
-        self.default_track: dict[int, int] = {GLOBAL_SEQUENCE: -1}
-        self.counter_tracks: dict[int, list[int]] = {GLOBAL_SEQUENCE: []}
+        self.of_track = np.full(n, first, np.int64)
+        self.default_track: dict[int, int] = {first: -1}
+        self.counter_tracks: dict[int, list[int]] = {first: []}
         threads = [i for i, t in enumerate(layout.tracks) if t.kind == TrackKind.THREAD]
-        for seq, track in enumerate(threads, start=GLOBAL_SEQUENCE + 1):
+        for seq, track in enumerate(threads, start=first + 1):
             self.of_track[track] = seq
             self.default_track[seq] = track
             tid = layout.tracks[track].tid
@@ -120,22 +133,29 @@ class _Sequences:
                                         if t.kind == TrackKind.COUNTER and t.tid == tid]
 
 
-def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
-    """Write the whole trace; returns the number of packets (compressed ones counted each)."""
+def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = None) -> int:
+    """Write the trace of a layout; returns the number of packets (compressed ones counted
+    each). With `written`, the layout continues a trace written before (a chunk of a streamed
+    run): tracks described before are not described again, and its events go on sequences of
+    their own."""
+    written = written or Written()
     interned = _Interned({}, {}, {})
     arg_blobs = [b"".join(interned.annotation(k, v) for k, v in args) for args in layout.arg_sets]
     counter_iids = [interned.names.setdefault(counter_arg(c), len(interned.names) + 1)
                     for c in layout.counter_names]
-    sequences = _Sequences(layout)
+    sequences = _Sequences(layout, written.next_sequence)
+    written.next_sequence = max(sequences.default_track) + 1
     t0 = int(layout.ts[0]) if len(layout) else 0
 
-    for i, described in enumerate(layout.tracks):
+    new = [t for t in layout.tracks if t.uuid not in written.described]
+    for described in new:
         packet = pb.TracePacket(trusted_packet_sequence_id=DESCRIPTOR_SEQUENCE,
                                 track_descriptor=_descriptor(layout, described))
-        if i == 0:
+        if not written.described:
             packet.first_packet_on_sequence = True
             packet.previous_packet_dropped = 1
             packet.sequence_flags = _CLEARED
+        written.described.add(described.uuid)
         _packet(out, packet)
     uuids = np.array([t.uuid for t in layout.tracks], np.int64)
     for seq, track in sequences.default_track.items():
@@ -154,7 +174,7 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
                 int(uuids[c]) for c in sequences.counter_tracks[seq])
         interned.fill(first.interned_data, layout.strings)
         _packet(out, first)
-    heads = len(layout.tracks) + len(sequences.default_track)
+    heads = len(new) + len(sequences.default_track)
 
     events = _Events(layout, sequences, uuids, arg_blobs, counter_iids, t0)
     pending: deque[Future[bytes]] = deque()
@@ -164,13 +184,17 @@ def write_perfetto(layout: Layout, out: IO[bytes]) -> int:
             pending.append(pool.submit(zlib.compress, chunk, COMPRESSION_LEVEL))
             while pending and (len(pending) > 2 or start + CHUNK_ROWS >= len(layout)):
                 out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
-    written = heads + len(layout)
+    count = heads + len(layout)
     if layout.sched is not None:
-        for packet in sched_packets(layout.sched, layout.pid, t0,
-                                    max(sequences.default_track) + 1):
+        opening = not written.sched_sequence
+        if opening:
+            written.sched_sequence = written.next_sequence
+            written.next_sequence += 1
+        for packet in sched_packets(layout.sched, layout.pid, t0, written.sched_sequence,
+                                    opening):
             _packet(out, packet)
-            written += 1
-    return written
+            count += 1
+    return count
 
 
 class _Events:

@@ -68,17 +68,22 @@ def _process_tree(sched: Scheduling, pid: int, ts: int, sequence: int) -> pb.Tra
     return packet
 
 
-def sched_packets(sched: Scheduling, pid: int, ts: int, sequence: int) -> Iterator[pb.TracePacket]:
-    """The packets of a recording's scheduling; `ts`: the recording's first timestamp, where
-    the process tree is said to hold; `sequence`: a packet sequence of their own."""
-    sysname, release, version, machine = sched.kernel
-    yield pb.TracePacket(
-        trusted_packet_sequence_id=sequence, first_packet_on_sequence=True,
-        previous_packet_dropped=1, sequence_flags=pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED,
-        system_info=pb.SystemInfo(utsname=pb.Utsname(sysname=sysname, release=release,
-                                                     version=version, machine=machine)))
+def sched_packets(sched: Scheduling, pid: int, ts: int, sequence: int,
+                  first: bool = True) -> Iterator[pb.TracePacket]:
+    """The packets of a recording's scheduling (or of a chunk's: `first` for the first);
+    `ts`: the recording's first timestamp, where the process tree is said to hold;
+    `sequence`: a packet sequence of their own."""
+    if first:
+        sysname, release, version, machine = sched.kernel
+        yield pb.TracePacket(
+            trusted_packet_sequence_id=sequence, first_packet_on_sequence=True,
+            previous_packet_dropped=1,
+            sequence_flags=pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED,
+            system_info=pb.SystemInfo(utsname=pb.Utsname(sysname=sysname, release=release,
+                                                         version=version, machine=machine)))
     records = sched.records
-    yield _process_tree(sched, pid, min([ts, *records["ts"][:1].tolist()]), sequence)
+    if sched.tasks:
+        yield _process_tree(sched, pid, min([ts, *records["ts"][:1].tolist()]), sequence)
     for cpu in np.unique(records["cpu"]).tolist():
         mine = records[records["cpu"] == cpu]
         for start in range(0, len(mine), BUNDLE_RECORDS):

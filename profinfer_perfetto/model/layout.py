@@ -120,6 +120,7 @@ class _Strings:
 
 
 def _node_args(model: TraceModel, node: int, fused: int) -> Args:
+    """A node's description (its routing, which differs from graph to graph, aside)."""
     op, tensor = model.op_label(node, fused)
     rec = model.nodes.raw[fused if fused >= 0 else node]
     ggml = model.run.ggml
@@ -146,9 +147,6 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     for i, src in enumerate(model.nodes.raw[node]["src"]):
         if src["ptr"]:
             args.append((f"src{i}", f"{ggml.type_name(int(src['type']))} {_shape(src['ne'])}"))
-    routing = model.routing.get(node)
-    if routing is not None:
-        args += _routing_args(routing)
     return tuple(args)
 
 
@@ -233,9 +231,15 @@ class _Rows:
         return {f: c[order] for f, c in cols.items()}, rank
 
 
+Descriptions = dict[tuple[bytes, bytes, int, int], tuple[str, Args]]
+"""A node's name and description by what its descriptor(s) and layer say; carried from chunk
+to chunk of a streamed run (a node computed alike in graph after graph is described once)."""
+
+
 class _LayoutBuilder:
-    def __init__(self, model: TraceModel) -> None:
+    def __init__(self, model: TraceModel, descriptions: Descriptions) -> None:
         self.model = model
+        self.descriptions = descriptions
         self.strings = _Strings()
         self.arg_sets: list[Args] = []
         self._arg_ids: dict[Args, int] = {}
@@ -269,8 +273,9 @@ class _LayoutBuilder:
         self.expert_routing()
         self.sequences()
         self.tokens_per_second()
-        self.aggregate_counters()
-        self.recording()
+        if model.cont.final:
+            self.aggregate_counters()
+            self.recording()
         cols, rank = self.rows.ordered()
         self.dag_flows(op_begin, rank)
         counter_track, counter_value, counter_delta = self.thread_counters(op_begin, op_end,
@@ -307,16 +312,17 @@ class _LayoutBuilder:
             args.append(self.arg_set((
                 ("phase", b.phase), ("n_tokens", b.n_tokens), ("sequences", b.sequences),
                 *([] if b.pos is None else [("pos", b.pos)]),
-                ("step", i), ("complete", complete))))
+                ("step", self.model.cont.first_step + i), ("complete", complete))))
         tracks = [thread[t] for t in tok.tid.tolist()]
         self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
 
     def graphs(self, thread: dict[int, int]) -> None:
         """Each graph on its calling thread, and on every thread that ran ops of it."""
         model, gr = self.model, self.model.graphs
-        step = model.tokens.containing(gr.begin).tolist()
+        first_step, first_graph = model.cont.first_step, model.cont.first_graph
+        step = [s if s < 0 else first_step + s for s in model.tokens.containing(gr.begin).tolist()]
         args = np.array([
-            self.arg_set((("graph", i), ("backend", "CPU"), ("token_step", step[i]),
+            self.arg_set((("graph", first_graph + i), ("backend", "CPU"), ("token_step", step[i]),
                           ("n_nodes", int(gr.arg1[i] & 0xFFFFFFFF)),
                           ("n_threads", int(gr.arg1[i] >> 32)),
                           ("complete", bool(gr.complete[i]))))
@@ -341,10 +347,20 @@ class _LayoutBuilder:
         pairs, which = np.unique(np.stack([ops.node, ops.fused], 1), axis=0, return_inverse=True)
         which = which.reshape(-1)
         names, args, shares = [], [], []
+        same = model.nodes.raw.copy()
+        same["ts"] = 0  # a node is described alike in every graph that computes it alike
         for node, fused in pairs.tolist():
-            label, tensor = model.op_label(node, fused)
-            names.append(self.strings(f"{label} {tensor}"))
-            args.append(self.arg_set(_node_args(model, node, fused)))
+            key = (same[node].tobytes(), b"" if fused < 0 else same[fused].tobytes(),
+                   int(model.nodes.layer[node]), int(model.nodes.layer[fused]))
+            known = self.descriptions.get(key)
+            if known is None:
+                label, tensor = model.op_label(node, fused)
+                known = self.descriptions[key] = (f"{label} {tensor}",
+                                                  _node_args(model, node, fused))
+            routing = model.routing.get(node)
+            names.append(self.strings(known[0]))
+            args.append(self.arg_set(known[1] if routing is None
+                                     else known[1] + tuple(_routing_args(routing))))
             shares.append(self.arg_set((("node", int(model.nodes.index[node])),)))
         name = np.array(names, np.int64)[which]
         arg = np.where(_described(ops), np.array(args, np.int64)[which],
@@ -402,6 +418,7 @@ class _LayoutBuilder:
         for step, batch in enumerate(step_batches(self.model)):
             for run in batch.runs:
                 rows.setdefault(run.seq, []).append((step, run.n_tokens, run.seq, run.pos))
+        first_step = self.model.cont.first_step
         seq_arg, step_arg, tokens_arg, pos_arg = SEQ_ARGS
         for seq, steps in sorted(rows.items()):
             track = self.track(Track((5 << 32) | (seq & 0xFFFFFFFF), TrackKind.GLOBAL,
@@ -410,7 +427,7 @@ class _LayoutBuilder:
             self.rows.slices(
                 track, tok.begin[at], tok.end[at], 0,
                 [self.strings(PROMPT_SLICE if n > 1 else GENERATE_SLICE) for _, n, _, _ in steps],
-                [self.arg_set(((seq_arg, seq), (step_arg, step), (tokens_arg, n),
+                [self.arg_set(((seq_arg, seq), (step_arg, first_step + step), (tokens_arg, n),
                                *([] if pos is None else [(pos_arg, pos)])))
                  for step, n, seq, pos in steps])
 
@@ -449,7 +466,8 @@ class _LayoutBuilder:
         main = ops.ith == 0
         begin_of_node = dict(zip(ops.node[main].tolist(), rank[op_begin[main]].tolist(),
                                  strict=True))
-        for flow, (producer, consumer) in enumerate(self.model.edges.tolist(), start=1):
+        first = self.model.cont.first_flow
+        for flow, (producer, consumer) in enumerate(self.model.edges.tolist(), start=first):
             if producer in begin_of_node and consumer in begin_of_node:
                 self.flows_out.setdefault(begin_of_node[producer], []).append(flow)
                 self.flows_in.setdefault(begin_of_node[consumer], []).append(flow)
@@ -473,25 +491,26 @@ class _LayoutBuilder:
                 track = self.track(Track((2 << 32) | (tid << 4) | c, TrackKind.COUNTER,
                                          f"{counter} {tid}", parent=1, tid=tid, unit="count"))
                 delta = np.maximum(ops.counter_delta[sel, c], 0)
-                after = np.cumsum(delta)
+                after = model.cont.counter_totals.get((tid, c), 0) + np.cumsum(delta)
                 for rows, sampled in ((op_begin[sel], after - delta), (op_end[sel], after)):
                     tracks[rank[rows], c] = track
                     values[rank[rows], c] = sampled
         return tracks, values, deltas
 
 
-def build_layout(model: TraceModel) -> Layout:
-    return _LayoutBuilder(model).build()
+def build_layout(model: TraceModel, descriptions: Descriptions | None = None) -> Layout:
+    """The trace layout of a model (`descriptions`: those of earlier chunks of its run)."""
+    return _LayoutBuilder(model, {} if descriptions is None else descriptions).build()
 
 
 def _recording_args(model: TraceModel) -> Args:
     args: list[tuple[str, ArgValue]] = [
         ("status", model.run.status),
         ("complete", model.run.complete),
-        ("events", model.event_count),
+        ("events", model.cont.events + model.event_count),
         ("events_lost", model.run.lost_events),
         ("nodes_lost", model.run.lost_nodes),
-        ("ops_dropped", model.dropped_ops),
+        ("ops_dropped", model.cont.dropped_ops + model.dropped_ops),
         ("recorder_cpu_ms", round(model.run.recorder_cpu_s * 1000)),
         ("tool", f"profinfer-perfetto {__version__}"),
         ("ggml_version", model.run.ggml.version),
@@ -500,9 +519,9 @@ def _recording_args(model: TraceModel) -> Args:
         ("counters", ",".join(model.run.counters)),
         ("command", " ".join(model.run.cmdline)),
     ]
-    if model.sched is not None:
-        args += [("sched_cpus", ",".join(map(str, model.sched.cpus))),
-                 ("sched_records", len(model.sched.records)), ("sched_lost", model.sched.lost)]
+    if model.run.sched_cpus is not None:
+        args += [("sched_cpus", ",".join(map(str, model.run.sched_cpus))),
+                 ("sched_records", model.sched_records), ("sched_lost", model.run.sched_lost)]
     for fn, cost in sorted(model.run.probe_costs.items()):
         runs, ns_per_run = probe_args(fn)
         args += [(runs, cost.runs), (ns_per_run, round(cost.ns / cost.runs))]

@@ -154,6 +154,25 @@ def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops, moe_ops: set[int]
 
 
 @dataclass
+class Continuation:
+    """Where a model continues from: for a run written in chunks as it goes, the numbering and
+    totals of the chunks before (a whole run starts from nothing and is final)."""
+
+    first_step: int = 0
+    first_graph: int = 0
+    first_flow: int = 1
+    tokens_before: int = 0
+    """Tokens of earlier steps (a launched run's positions count from its start)."""
+    counter_totals: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(tid, counter) -> the thread's running total so far."""
+    events: int = 0
+    dropped_ops: int = 0
+    sched_records: int = 0
+    final: bool = True
+    """It ends the run (its model says how the run went)."""
+
+
+@dataclass
 class TraceModel:
     run: Run
     tokens: Spans
@@ -176,6 +195,35 @@ class TraceModel:
     step_runs: dict[int, tuple[SeqRun, ...]] = field(default_factory=dict)
     """Token step index -> the sequences its batch named (steps of batches that name none are
     not here)."""
+    cont: Continuation = field(default_factory=Continuation)
+
+    @property
+    def sched_records(self) -> int:
+        """Scheduling records of the run so far."""
+        return self.cont.sched_records + (0 if self.sched is None else len(self.sched.records))
+
+    def then(self, final: bool = False) -> Continuation:
+        """Where the next chunk continues from."""
+        c = self.cont
+        totals = dict(c.counter_totals)
+        tids, which = np.unique(self.ops.tid, return_inverse=True)
+        for counter in range(len(self.run.counters)):
+            delta = np.maximum(self.ops.counter_delta[:, counter], 0)
+            sums = np.bincount(which.reshape(-1), weights=delta, minlength=len(tids))
+            for tid, total in zip(tids.tolist(), sums.tolist(), strict=True):
+                totals[tid, counter] = totals.get((tid, counter), 0) + int(total)
+        n_tokens = np.maximum(self.tokens.arg0.astype(np.int64), 0)
+        return Continuation(
+            first_step=c.first_step + len(self.tokens),
+            first_graph=c.first_graph + len(self.graphs),
+            first_flow=c.first_flow + len(self.edges),
+            tokens_before=c.tokens_before + int(n_tokens.sum()),
+            counter_totals=totals,
+            events=c.events + self.event_count,
+            dropped_ops=c.dropped_ops + self.dropped_ops,
+            sched_records=self.sched_records,
+            final=final,
+        )
 
     def op_label(self, node: int, fused: int) -> tuple[str, str]:
         """The op (sub-op for UNARY and GLU, `A+B` for a fused pair) and the tensor name."""
@@ -293,7 +341,8 @@ def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
     return np.array(sorted(edges), np.int64).reshape(-1, 2)
 
 
-def build(recording: Recording) -> TraceModel:
+def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
+    """The model of a recording (of a whole run, or of a chunk that continues `cont`)."""
     events = recording.events
     order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
     events = events[order]
@@ -405,6 +454,7 @@ def build(recording: Recording) -> TraceModel:
                          {recording.run.ggml.op_id(op) for op in MOE_OPS} - {-1}),
         sched=recording.sched,
         step_runs=_step_runs(recording.batches, tokens),
+        cont=cont or Continuation(),
     )
 
 
@@ -476,7 +526,8 @@ def _step_runs(batches: np.ndarray, tokens: Spans) -> dict[int, tuple[SeqRun, ..
 def step_batches(model: TraceModel) -> list[StepBatch]:
     tok = model.tokens
     n_tokens = tok.arg0.astype(np.int64)
-    counted = np.cumsum(np.maximum(n_tokens, 0)) - np.maximum(n_tokens, 0)
+    counted = (model.cont.tokens_before + np.cumsum(np.maximum(n_tokens, 0))
+               - np.maximum(n_tokens, 0))
     first_pos = (tok.arg1 & 0xFFFFFFFF).astype(np.int64)
     sequences = np.maximum((tok.arg1 >> 32).astype(np.int64), 1)
     steps: list[StepBatch] = []

@@ -238,13 +238,18 @@ def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
         data = trace.read_bytes()
     except OSError as exc:
         raise ProfinferError(f"cannot read {trace}: {exc.strerror}") from None
-    check_whole(trace, data)
+    whole = check_whole(trace, data)
+    cut = "" if whole == len(data) else (
+        f"; the recording was cut short (its recorder was killed): its last {len(data) - whole} "
+        "bytes, a packet it was writing, are left out")
+    data = data[:whole]
     if choice == "builtin":
-        return BuiltinEngine(trace, data), "builtin engine (asked for)"
+        return BuiltinEngine(trace, data), "builtin engine (asked for)" + cut
     bin_path, source = find_trace_processor(tp_bin)
     if bin_path is not None:
-        return TraceProcessorEngine(trace, data, bin_path), f"trace_processor ({source})"
+        return TraceProcessorEngine(trace, data, bin_path), f"trace_processor ({source})" + cut
     if choice == "trace_processor":
         raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "
                              f"or set {TP_BIN_ENV}")
-    return BuiltinEngine(trace, data), f"builtin engine (no trace_processor binary: {source})"
+    return (BuiltinEngine(trace, data),
+            f"builtin engine (no trace_processor binary: {source})" + cut)

@@ -1,0 +1,216 @@
+"""record's Perfetto trace, written while the capture runs.
+
+The run is cut into chunks (model/chunks.py), each modelled, laid out and written as soon as it
+is complete, continuing the numbering of the ones before (model Continuation) on packet
+sequences of its own (encode/perfetto.Written): the file grows by whole chunks, every one of
+them readable with the ones before it, and the recorder holds one chunk's records at a time.
+The trace grows as OUTPUT.part, which becomes OUTPUT when the run ends: a recorder that is
+killed leaves OUTPUT.part, a trace of the run up to its last chunk or so (a chunk cut short by
+the kill is a last packet that queries and trace_processor leave out). A write that fails (a
+full disk) ends the capture: the file keeps the chunks written whole.
+
+With a size limit the run goes to a series of files, NAME.000.pftrace, NAME.001.pftrace, ...:
+once a file reaches the limit it is closed whole (its own track descriptors, scheduling
+preamble and a `record` slice saying where the run continues) and the next one begins; only the
+newest `keep` files are kept.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, SCHED
+from profinfer_perfetto.capture.recorder import Drained, Recording, Run
+from profinfer_perfetto.capture.sched import Task, scheduling
+from profinfer_perfetto.encode.output import PART_SUFFIX
+from profinfer_perfetto.encode.perfetto import Written, write_perfetto
+from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.model.chunks import Chunk, Chunker
+from profinfer_perfetto.model.layout import Descriptions, build_layout
+from profinfer_perfetto.model.totals import RunTotals
+from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
+
+QUEUED_DRAINS = 50
+"""Drains (of 100 ms each) that may wait for the writer."""
+
+
+def part_path(output: Path) -> Path:
+    """Where a streamed trace grows until it is whole."""
+    return output.with_name(output.name + PART_SUFFIX)
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """--max-size / --rotate: a series of files of about `max_bytes` each, the newest `keep`
+    (0: all) kept."""
+
+    max_bytes: int
+    keep: int = 0
+
+    def path(self, output: Path, index: int) -> Path:
+        return output.with_name(f"{output.stem}.{index:03d}{output.suffix}")
+
+
+class TraceStream:
+    """A sink for record(): writes each chunk of the run as it completes.
+
+    The drains are modelled and written on a thread of their own, so that the recorder drains
+    the rings on time however long a chunk takes; at most QUEUED_DRAINS wait for it (then the
+    recorder waits, and a ring that fills meanwhile says what it lost).
+    """
+
+    def __init__(self, output: Path, rotation: Rotation | None = None) -> None:
+        self.output, self.rotation = output, rotation
+        self.files: list[Path] = []
+        """The whole files written so far, oldest first (deleted ones left out)."""
+        self.index = 0
+        """The number of the file being written."""
+        self.chunker = Chunker()
+        self.cont = Continuation(final=False)
+        self.descriptions: Descriptions = {}
+        self.tasks: dict[int, Task] = {}
+        self.programs: dict[int, str] = {}
+        self.totals = RunTotals()
+        self.packets = 0
+        self.failed: str | None = None
+        """Why writing stopped (the disk filled up), if it did."""
+        self.error: Exception | None = None
+        """What went wrong in the writer, if it was not the disk."""
+        self.last: TraceModel | None = None
+        self._open()
+        self.queue: queue.Queue[tuple[Drained, Run] | None] = queue.Queue(QUEUED_DRAINS)
+        self.worker = threading.Thread(target=self._work, name="trace writer", daemon=True)
+        self.worker.start()
+
+    @property
+    def path(self) -> Path:
+        """The file being written (whole once the run, or its part of it, ends)."""
+        if self.rotation is None:
+            return self.output
+        return self.rotation.path(self.output, self.index)
+
+    def _open(self) -> None:
+        self.part = part_path(self.path)
+        try:
+            self.fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            raise ProfinferError(f"cannot write {self.part}: {exc.strerror}") from None
+        self.size = 0
+        self.written = Written()
+        self.fresh = True
+        """Nothing of the run is in this file yet: its scheduling names every task known."""
+
+    def __call__(self, drained: Drained, run: Run) -> str | None:
+        """Take a drain; a reason to stop the capture, if writing failed."""
+        if self.failed is None:
+            self.queue.put((drained, run))
+        return self.failed
+
+    def _work(self) -> None:
+        """Take drains until told to stop; after a failure, only take them (the capture is
+        told to stop at its next drain)."""
+        while (item := self.queue.get()) is not None:
+            if self.failed is None:
+                try:
+                    self._take(*item)
+                except Exception as exc:  # a bug: the capture stops, record exits with 3
+                    self.error = exc
+                    self.failed = f"the trace writer failed ({exc!r})"
+
+    def _take(self, drained: Drained, run: Run) -> None:
+        chunk = self.chunker.add(drained)
+        if chunk is not None:
+            self._write(chunk, replace(run, end_ns=chunk.end_ns), final=False)
+        if (self.failed is None and self.rotation is not None
+                and self.size >= self.rotation.max_bytes):
+            self._rotate(run)
+
+    def _stop_worker(self) -> None:
+        self.queue.put(None)
+        self.worker.join()
+
+    def finish(self, recording: Recording) -> None:
+        """Write the rest of the run and how it went; the trace takes its name."""
+        self._stop_worker()
+        if self.failed is None:
+            chunk = self.chunker.finish(recording.run.end_ns + 1)
+            self._write(chunk, recording.run, final=True, op_stats=recording.op_stats)
+        self._close()
+        if self.error is not None:
+            raise self.error
+        if self.failed is not None:
+            raise ProfinferError(f"{self.failed}: {self.files[-1]} holds the run up to there "
+                                 "(without its summary)")
+
+    def abandon(self) -> None:
+        """The capture failed: keep what was written (as a .part file), or nothing."""
+        self._stop_worker()
+        os.close(self.fd)
+        if self.size == 0:
+            self.part.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        os.close(self.fd)
+        os.replace(self.part, self.path)
+        self.files.append(self.path)
+        if self.rotation is not None and self.rotation.keep:
+            for old in self.files[:-self.rotation.keep]:
+                old.unlink(missing_ok=True)
+            self.files = self.files[-self.rotation.keep:]
+
+    def _rotate(self, run: Run) -> None:
+        """Close this file with a `record` slice saying where the run goes on; open the next."""
+        assert self.rotation is not None
+        following = self.rotation.path(self.output, self.index + 1).name
+        self._write(_empty(run.end_ns), replace(run, status=f"continued in {following}"),
+                    final=True, closing=True)
+        if self.failed is None:
+            self._close()
+            self.index += 1
+            self._open()
+
+    def _write(self, chunk: Chunk, run: Run, final: bool,
+               op_stats: list[tuple[int, np.ndarray]] | None = None,
+               closing: bool = False) -> None:
+        sched = None
+        if run.sched_cpus is not None:
+            sched = scheduling(chunk.sched, run.sched_cpus, run.sched_lost, self.tasks)
+            self.tasks |= sched.tasks
+            self.programs |= sched.programs
+            if self.fresh:
+                sched = replace(sched, tasks=dict(self.tasks), programs=dict(self.programs))
+        recording = Recording(chunk.events, chunk.nodes, run, op_stats or [], chunk.routes,
+                              sched, chunk.batches)
+        model = build(recording, replace(self.cont, final=final))
+        out = io.BytesIO()
+        packets = write_perfetto(build_layout(model, self.descriptions), out, self.written)
+        try:
+            _write_all(self.fd, out.getbuffer())
+        except OSError as exc:
+            self.failed = f"writing {self.part} failed ({exc.strerror})"
+            os.ftruncate(self.fd, self.size)  # the chunks written whole stay
+            return
+        self.size += out.tell()
+        self.fresh = False
+        self.packets += packets
+        if not closing:
+            self.totals.add(model)
+            self.cont = model.then()
+            self.last = model
+
+
+def _empty(end_ns: int) -> Chunk:
+    return Chunk(np.empty(0, EVENT), np.empty(0, NODE), np.empty(0, ROUTE), np.empty(0, BATCH),
+                 np.empty(0, SCHED), end_ns)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data):]

@@ -1,0 +1,101 @@
+"""A run cut into self-contained chunks while it is captured (record streams its trace).
+
+A chunk ends just before a token step begins at a moment when no thread is inside a step (or,
+for a runtime that computes graphs without token steps, before a graph begins when none is
+being computed): everything of the steps before is in it, nothing of the ones after. A cut is
+only made at a step begin that came in an earlier drain, by when every record made before it
+has been read (the rings hand records over in the order they were made). The node descriptors
+a later op may still need (the probes describe a tensor again only when it changed) are carried
+from chunk to chunk, the latest one per tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, SCHED, Kind
+from profinfer_perfetto.capture.recorder import Drained
+
+
+@dataclass
+class Chunk:
+    """The records of a run's stretch up to `end_ns` (excluded)."""
+
+    events: np.ndarray
+    nodes: np.ndarray
+    """Its node descriptors, with the latest earlier one of each tensor before them."""
+    routes: np.ndarray
+    batches: np.ndarray
+    sched: np.ndarray
+    end_ns: int
+
+
+_KINDS = {"events": EVENT, "nodes": NODE, "routes": ROUTE, "batches": BATCH, "sched": SCHED}
+
+
+class Chunker:
+    """Takes drains, gives chunks."""
+
+    def __init__(self) -> None:
+        self.pending = {name: np.empty(0, dtype) for name, dtype in _KINDS.items()}
+        self.carried = np.empty(0, NODE)
+        self.steps = False
+        """The run has token steps (cuts go before steps, else before graphs)."""
+
+    def add(self, drained: Drained) -> Chunk | None:
+        """Take a drain; the chunk it completes, if any (cut among the earlier drains')."""
+        cut = self._cut()
+        for name in _KINDS:
+            new = getattr(drained, name)
+            if new.size:
+                self.pending[name] = np.concatenate([self.pending[name], new])
+        return None if cut is None else self._take(cut)
+
+    def finish(self, end_ns: int) -> Chunk:
+        """Everything still pending: the run's last chunk."""
+        return self._take(end_ns)
+
+    def _cut(self) -> int | None:
+        """The latest time, among the pending events (all of earlier drains), just before a step
+        (or graph) begins with none open."""
+        events = self.pending["events"]
+        self.steps = self.steps or bool(np.any(events["kind"] == Kind.TOKEN_BEGIN))
+        begin, end = ((Kind.TOKEN_BEGIN, Kind.TOKEN_END) if self.steps
+                      else (Kind.GRAPH_BEGIN, Kind.GRAPH_END))
+        marks = events[(events["kind"] == begin) | (events["kind"] == end)]
+        marks = marks[np.argsort(marks["ts"], kind="stable")]
+        open_on: set[int] = set()
+        cut = None
+        for ts, tid, kind in zip(marks["ts"].tolist(), marks["tid"].tolist(),
+                                 marks["kind"].tolist(), strict=True):
+            if kind == begin:
+                if not open_on:
+                    cut = ts
+                open_on.add(tid)
+            else:
+                open_on.discard(tid)
+        return cut if cut else None
+
+    def _take(self, end_ns: int) -> Chunk:
+        """Split off the records made before `end_ns`."""
+        taken = {}
+        for name, records in self.pending.items():
+            before = records["ts"] < end_ns
+            taken[name] = records[before]
+            self.pending[name] = records[~before]
+        nodes = np.concatenate([self.carried, taken["nodes"]])
+        self.carried = _latest_per_tensor(nodes)
+        return Chunk(taken["events"], nodes, taken["routes"], taken["batches"], taken["sched"],
+                     end_ns)
+
+
+def _latest_per_tensor(nodes: np.ndarray) -> np.ndarray:
+    """The last descriptor of each tensor (by time, then arrival)."""
+    if len(nodes) == 0:
+        return nodes
+    order = np.lexsort((np.arange(len(nodes)), nodes["ts"], nodes["ptr"]))
+    last = np.append(nodes["ptr"][order][1:] != nodes["ptr"][order][:-1], True)
+    latest: np.ndarray = nodes[order[last]]
+    return latest

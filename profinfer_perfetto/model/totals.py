@@ -1,0 +1,38 @@
+"""What `record` says of a run when it ends: counts summed over the chunks it was written in."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from profinfer_perfetto.model.trace_model import TraceModel, step_batches
+
+
+@dataclass
+class RunTotals:
+    steps: Counter[str] = field(default_factory=Counter)
+    """Token steps per phase."""
+    tokens: int = 0
+    graphs: int = 0
+    ops: int = 0
+    op_threads: set[int] = field(default_factory=set)
+    edges: int = 0
+    events: int = 0
+    dropped_ops: int = 0
+
+    def add(self, model: TraceModel) -> None:
+        for batch in step_batches(model):
+            self.steps[batch.phase] += 1
+            self.tokens += max(batch.n_tokens, 0)
+        self.graphs += len(model.graphs)
+        self.ops += len(model.ops)
+        self.op_threads |= set(model.ops.tid.tolist())
+        self.edges += len(model.edges)
+        self.events += model.event_count
+        self.dropped_ops += model.dropped_ops
+
+    @staticmethod
+    def of(model: TraceModel) -> RunTotals:
+        totals = RunTotals()
+        totals.add(model)
+        return totals

@@ -1,0 +1,116 @@
+"""record writes its trace as the run goes: a killed recorder leaves a readable trace up to the
+kill, a full disk ends the capture with what fit, and --max-size/--rotate make whole files."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from profinfer_perfetto.query.session import TraceQuery
+from scripts import assets
+from tests.conftest import Cli
+from tests.integration.test_record import PROMPT, start_recorder, wait_for_a_token
+
+pytestmark = pytest.mark.root
+
+TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
+ENGINES = ("builtin", "trace_processor") if TP_BIN else ("builtin",)
+CHUNK_LAG_NS = 1_000_000_000
+"""A killed recorder's trace holds the run up to at most this long before the kill."""
+
+
+def _generation(model: str, n: int) -> list[str]:
+    """`n` tokens (-1: without end, the context shifting) of a seeded generation."""
+    return [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)), "-p",
+            PROMPT, "-n", str(n), "-t", "2", "-no-cnv", "--no-warmup", "-s", "1", "--ignore-eos",
+            "--context-shift", "-c", "256"]
+
+
+def _is_stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] in "tT"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_killed_recorder_leaves_the_run_up_to_the_kill(tmp_path: Path, seed: int) -> None:
+    """SIGKILL at a random moment of a generation: OUTPUT.part opens on both engines (and in
+    trace_processor with no error in its stats) and holds the steps that ended up to at most
+    a second before the kill; the target runs on, unprobed."""
+    out = tmp_path / "run.pftrace"
+    recorder, pid = start_recorder(out, "--", *_generation("medium-llama", -1))
+    try:
+        wait_for_a_token(recorder)
+        time.sleep(random.Random(seed).uniform(0.5, 3.0))
+        killed_at = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        recorder.kill()
+        recorder.wait()
+        assert not _is_stopped(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    part = tmp_path / "run.pftrace.part"
+    assert part.exists() and not out.exists()
+    for engine in ENGINES:
+        with TraceQuery(part, engine) as q:
+            ends = [ts + dur for ts, dur in q.sql("select ts, dur from profinfer_step").rows]
+        assert ends and max(ends) >= killed_at - CHUNK_LAG_NS, (engine, killed_at - max(ends))
+
+
+@contextmanager
+def _small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                   check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path) -> None:
+    """Recording into a 512 KiB filesystem: one sentence and exit 2, the trace holds the whole
+    chunks that fit, and the target is not left stopped."""
+    with _small_disk(tmp_path, "512k") as disk:
+        out = disk / "run.pftrace"
+        result = cli("record", "-o", out, "--", *_generation("tiny-llama", 3000))
+        assert result.returncode == 2, result.stderr
+        (said,) = [line for line in result.stderr.splitlines()
+                   if line.startswith("profinfer-perfetto:") and "tracing pid" not in line]
+        assert "No space left on device" in said
+        pid = int(result.stderr.split("tracing pid ")[1].split(";")[0])
+        assert not _is_stopped(pid)
+        for engine in ENGINES:
+            with TraceQuery(out, engine) as q:
+                assert q.metric("token_steps").rows, engine
+                assert "cut short" not in q.how
+
+
+def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "run.pftrace"
+    result = cli("record", "-o", out, "--max-size", "1M", "--rotate", "2", "--duration", "4",
+                 "--", *_generation("tiny-llama", -1))
+    assert result.returncode == 0, result.stderr
+    files = sorted(tmp_path.glob("run.*.pftrace"))
+    assert len(files) == 2 and not list(tmp_path.glob("*.part"))
+    assert "each a whole trace" in result.stdout
+    numbers = [int(f.name.split(".")[1]) for f in files]
+    assert numbers[1] == numbers[0] + 1 >= 2, "older files were written, then deleted"
+    for engine in ENGINES:
+        steps = []
+        for f in files:
+            with TraceQuery(f, engine) as q:
+                steps.append([row[0] for row in q.metric("token_steps").rows])
+                status = q.recording_args()["status"]
+            assert status == ("duration reached" if f == files[-1]
+                              else f"continued in {files[1].name}")
+        assert steps[0] and steps[1] and steps[1][0] == steps[0][-1] + 1, engine

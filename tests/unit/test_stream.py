@@ -1,0 +1,120 @@
+"""A run written in chunks as it is captured (encode/stream.py) is the same trace as the run
+written whole: every metric answers the same, on both engines."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profinfer_perfetto.capture.events import SCHED
+from profinfer_perfetto.capture.recorder import Drained, Recording
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path
+from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.metrics import canned
+from profinfer_perfetto.query.session import TraceQuery
+from tests import synthetic
+
+TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
+ENGINES = ("builtin", "trace_processor") if TP_BIN else ("builtin",)
+
+
+def _drains(rec: Recording, count: int) -> list[Drained]:
+    """The recording's records as `count` drains would have brought them, by time."""
+    cuts = np.linspace(int(rec.events["ts"].min()), int(rec.events["ts"].max()) + 1, count + 1)
+
+    def part(records: np.ndarray, i: int) -> np.ndarray:
+        ts = records["ts"].astype(np.float64)
+        picked: np.ndarray = records[(ts >= cuts[i]) & (ts < cuts[i + 1])]
+        return picked
+
+    return [Drained(part(rec.events, i), part(rec.nodes, i), part(rec.routes, i),
+                    part(rec.batches, i), np.empty(0, SCHED)) for i in range(count)]
+
+
+def _streamed(rec: Recording, out: Path, drains: int) -> TraceStream:
+    stream = TraceStream(out)
+    for drained in _drains(rec, drains):
+        assert stream(drained, replace(rec.run, status="running")) is None
+    stream.finish(rec)
+    return stream
+
+
+def _whole(rec: Recording, out: Path) -> Path:
+    with out.open("wb") as f:
+        write_perfetto(build_layout(build(rec)), f)
+    return out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_metric_answers_as_for_the_whole_run(tmp_path: Path, engine: str) -> None:
+    rec = synthetic.decode_run(3, steps=30)
+    stream = _streamed(rec, tmp_path / "streamed.pftrace", drains=12)
+    assert stream.cont.first_step > 1, "it was written in several chunks"
+    whole = _whole(rec, tmp_path / "whole.pftrace")
+    with TraceQuery(whole, engine) as a, TraceQuery(tmp_path / "streamed.pftrace", engine) as b:
+        for name in canned():
+            assert a.metric(name) == b.metric(name), name
+    assert not part_path(tmp_path / "streamed.pftrace").exists()
+
+
+def test_a_chunk_never_splits_a_step(tmp_path: Path) -> None:
+    """Each chunk ends just before a token step begins: its steps are whole."""
+    rec = synthetic.decode_run(4, steps=20)
+    stream = _streamed(rec, tmp_path / "s.pftrace", drains=40)
+    totals = stream.totals
+    assert sum(totals.steps.values()) == 21 and totals.graphs == 21
+    assert totals.ops == len(build(rec).ops)
+
+
+def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: Path) -> None:
+    """A recorder killed mid-write leaves OUTPUT.part ending in a partial packet: queries read
+    the whole packets before it, say so, and answer as trace_processor reads the file."""
+    rec = synthetic.decode_run(5, steps=20)
+    _streamed(rec, tmp_path / "run.pftrace", drains=10)
+    data = (tmp_path / "run.pftrace").read_bytes()
+    part = tmp_path / "run.pftrace.part"
+    part.write_bytes(data[:len(data) - 100])
+    answers = []
+    for engine in ENGINES:
+        with TraceQuery(part, engine) as q:
+            answers.append(q.metric("token_steps"))
+            assert "cut short" in q.how, engine
+    assert 0 < len(answers[0].rows) <= 21
+    assert all(a == answers[0] for a in answers)
+    cut = tmp_path / "cut.pftrace"
+    cut.write_bytes(data[:len(data) - 100])
+    with pytest.raises(ProfinferError, match="is cut short"):
+        TraceQuery(cut, "builtin")
+
+
+def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None:
+    """With a size limit each file is a whole trace (descriptors, a `record` slice saying where
+    the run goes on), together holding every step once; --rotate keeps the newest."""
+    rec = synthetic.decode_run(6, steps=30)
+    out = tmp_path / "run.pftrace"
+    stream = TraceStream(out, Rotation(max_bytes=4096))
+    for drained in _drains(rec, 15):
+        stream(drained, replace(rec.run, status="running"))
+    stream.finish(rec)
+    files = sorted(tmp_path.glob("run.*.pftrace"))
+    assert files == stream.files and len(files) > 2
+    steps = []
+    for i, path in enumerate(files):
+        with TraceQuery(path, ENGINES[-1]) as q:
+            steps += [row[0] for row in q.metric("token_steps").rows]
+            status = q.recording_args()["status"]
+        assert status == ("complete" if i == len(files) - 1
+                          else f"continued in {files[i + 1].name}"), path
+    assert steps == list(range(31))
+    kept = TraceStream(tmp_path / "kept.pftrace", Rotation(max_bytes=4096, keep=2))
+    for drained in _drains(rec, 15):
+        kept(drained, replace(rec.run, status="running"))
+    kept.finish(rec)
+    assert sorted(tmp_path.glob("kept.*.pftrace")) == kept.files and len(kept.files) == 2
