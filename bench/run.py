@@ -193,7 +193,8 @@ def _record(out: Path, command: list[str], *options: str) -> dict[str, float]:
     import sys
 
     done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
-                           *options, "--", *command], capture_output=True, text=True, check=True)
+                           *options, "--", *command], capture_output=True, text=True,
+                          errors="replace", check=True)
     said = _recorder_said(done.stdout)
     with TraceQuery(out, "builtin") as q:
         ops = q.sql("select count(*) from profinfer_op_rows").rows[0][0]
@@ -208,7 +209,9 @@ def bench_memory() -> dict[str, Any]:
     results: dict[str, Any] = {}
     for model, tokens in (("gemma-3-270m", 32), ("gemma-3-270m", 320), ("gemma-3-270m", 3200),
                           ("tiny-llama", 3200), ("medium-llama", 320)):
-        said = _record(CACHE / "memory.pftrace", completion(model, tokens, 2, "--ignore-eos"))
+        shift = ["--context-shift", "-c", "256"] if model == "tiny-llama" else []  # n_ctx 512
+        said = _record(CACHE / "memory.pftrace",
+                       completion(model, tokens, 2, "--ignore-eos", *shift))
         said["events_per_s"] = round(said["events"] / max(said["capture_s"], 1e-9))
         results[f"{model} {tokens} tokens"] = said
         print(model, tokens, said, flush=True)
@@ -236,8 +239,11 @@ def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
         while not stop.is_set():
             request = urllib.request.Request(f"{url}/completion", body,
                                              {"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=60) as answer:
-                answer.read()
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    answer.read()
+            except OSError:  # the server is going away at the end
+                return
 
     try:
         for _ in range(300):
@@ -253,11 +259,15 @@ def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
         recorder = subprocess.run(
             [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--pid",
              str(server.pid), "--duration", str(seconds)], capture_output=True, text=True,
-            check=True)
+            errors="replace", check=True)
         stop.set()
     finally:
         server.terminate()
-        server.wait()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:  # it may wait for requests in flight
+            server.kill()
+            server.wait()
     said = _recorder_said(recorder.stdout)
     said["events_per_s"] = round(said["events"] / max(said["capture_s"], 1e-9))
     said["trace_mb"] = round(out.stat().st_size / 2**20, 1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import resource
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +93,15 @@ def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:
     return out
 
 
+def _peak_mb() -> float:
+    """This process's peak resident memory (its own: getrusage's ru_maxrss outlives an exec, so
+    it can say the peak of whatever ran in the process before)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def summary(totals: RunTotals, model: TraceModel, output: Path, written: int, unit: str) -> str:
     """What record says when it is done; `model`: the run's (last chunk's) model."""
     steps = sum(totals.steps.values())
@@ -108,8 +116,7 @@ def summary(totals: RunTotals, model: TraceModel, output: Path, written: int, un
         + f", DAG edges {totals.edges}",
         f"  events {totals.events}, lost {model.run.lost_events} events and "
         f"{model.run.lost_nodes} node descriptors, {totals.dropped_ops} ops outside graphs",
-        f"  recorder CPU {model.run.recorder_cpu_s:.2f} s, peak memory "
-        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, over "
+        f"  recorder CPU {model.run.recorder_cpu_s:.2f} s, peak memory {_peak_mb():.0f} MB, over "
         f"{(model.run.end_ns - model.run.begin_ns) / 1e9:.2f} s of capture",
     ]
     if model.run.probe_costs:

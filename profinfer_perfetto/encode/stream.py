@@ -37,7 +37,7 @@ from profinfer_perfetto.model.layout import Descriptions, build_layout
 from profinfer_perfetto.model.totals import RunTotals
 from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
 
-QUEUED_DRAINS = 50
+QUEUED_DRAINS = 20
 """Drains (of 100 ms each) that may wait for the writer."""
 
 

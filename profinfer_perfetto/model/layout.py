@@ -231,6 +231,9 @@ class _Rows:
         return {f: c[order] for f, c in cols.items()}, rank
 
 
+MAX_DESCRIPTIONS = 16384
+"""Node descriptions kept for later chunks (attention ops change shape with the KV cache, so
+a long run makes new ones at every step: the cache starts over when full)."""
 Descriptions = dict[tuple[bytes, bytes, int, int], tuple[str, Args]]
 """A node's name and description by what its descriptor(s) and layer say; carried from chunk
 to chunk of a streamed run (a node computed alike in graph after graph is described once)."""
@@ -354,6 +357,8 @@ class _LayoutBuilder:
                    int(model.nodes.layer[node]), int(model.nodes.layer[fused]))
             known = self.descriptions.get(key)
             if known is None:
+                if len(self.descriptions) >= MAX_DESCRIPTIONS:  # shapes that keep changing
+                    self.descriptions.clear()
                 label, tensor = model.op_label(node, fused)
                 known = self.descriptions[key] = (f"{label} {tensor}",
                                                   _node_args(model, node, fused))

@@ -46,12 +46,14 @@ def printed_topk(stdout: str) -> dict[int, str]:
     return found
 
 
-def test_expert_ids_are_the_ones_llama_cpp_computed(cli: Cli, tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", ["tiny-qwen3moe", "medium-qwen3moe", "tiny-mixtral"])
+def test_expert_ids_are_the_ones_llama_cpp_computed(cli: Cli, tmp_path: Path, model: str) -> None:
+    """Top-2 of 8 experts, top-4 of 16, and a Mixtral-shaped (llama architecture) top-2 of 4."""
     tool = assets.llama_bin("llama-eval-callback")
     if not tool.exists():
         pytest.fail(f"{tool} is missing: run scripts/setup.sh first")
     out = tmp_path / "moe.pftrace"
-    result = cli("record", "-o", out, "--", tool, "-m", assets.model("tiny-qwen3moe"),
+    result = cli("record", "-o", out, "--", tool, "-m", assets.model(model),
                  "-p", PROMPT, "-t", "2", "-s", "1")
     assert result.returncode == 0, result.stderr
     expected = printed_topk(result.stdout)
