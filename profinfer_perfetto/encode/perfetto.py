@@ -177,13 +177,12 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
     heads = len(new) + len(sequences.default_track)
 
     events = _Events(layout, sequences, uuids, arg_blobs, counter_iids, t0)
-    pending: deque[Future[bytes]] = deque()
-    with ThreadPoolExecutor(2) as pool:  # zlib works without the GIL, beside the rendering
-        for start in range(0, len(layout), CHUNK_ROWS):
-            chunk = events.render(start, min(start + CHUNK_ROWS, len(layout)))
-            pending.append(pool.submit(zlib.compress, chunk, COMPRESSION_LEVEL))
-            while pending and (len(pending) > 2 or start + CHUNK_ROWS >= len(layout)):
-                out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
+    if len(layout) <= CHUNK_ROWS:  # one packet (a streamed chunk, mostly): no pool to start
+        if len(layout):
+            data = zlib.compress(events.render(0, len(layout)), COMPRESSION_LEVEL)
+            out.write(field(_PACKET, field(_COMPRESSED, data)))
+    else:
+        _compressed_in_turn(events, len(layout), out)
     count = heads + len(layout)
     if layout.sched is not None:
         opening = not written.sched_sequence
@@ -269,6 +268,18 @@ class _Events:
         p.constant(_PACKET, front=True)
         data, _ = p.render()
         return data.tobytes()
+
+
+def _compressed_in_turn(events: _Events, rows: int, out: IO[bytes]) -> None:
+    """The event packets in compressed chunks, zlib working without the GIL beside the
+    rendering of the next chunk."""
+    pending: deque[Future[bytes]] = deque()
+    with ThreadPoolExecutor(2) as pool:
+        for start in range(0, rows, CHUNK_ROWS):
+            chunk = events.render(start, min(start + CHUNK_ROWS, rows))
+            pending.append(pool.submit(zlib.compress, chunk, COMPRESSION_LEVEL))
+            while pending and (len(pending) > 2 or start + CHUNK_ROWS >= rows):
+                out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
 
 
 def _flow_table(flows: dict[int, list[int]], flow_tag: bytes,

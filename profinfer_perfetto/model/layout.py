@@ -231,7 +231,7 @@ class _Rows:
         return {f: c[order] for f, c in cols.items()}, rank
 
 
-MAX_DESCRIPTIONS = 16384
+MAX_DESCRIPTIONS = 4096
 """Node descriptions kept for later chunks (attention ops change shape with the KV cache, so
 a long run makes new ones at every step: the cache starts over when full)."""
 Descriptions = dict[tuple[bytes, bytes, int, int], tuple[str, Args]]
