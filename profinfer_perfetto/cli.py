@@ -101,6 +101,12 @@ def record(
     rotate: Annotated[
         int, typer.Option("--rotate", help="With --max-size: keep only the newest N files.")
     ] = 0,
+    stream: Annotated[
+        bool,
+        typer.Option("--stream/--no-stream", help="Write the trace while the run goes (memory "
+                     "stays flat; the recorder works during the run), or keep the run in memory "
+                     "and write it when it ends (no work beside the target while it runs)."),
+    ] = True,
     sched: Annotated[
         bool,
         typer.Option("--sched", help="Also record every context switch and wakeup on the "
@@ -115,6 +121,8 @@ def record(
     if len(counters) > MAX_COUNTERS:
         raise ProfinferError(f"at most {MAX_COUNTERS} counters can be read per op")
     rotation = _rotation(max_size, rotate, json)
+    if rotation is not None and not stream:
+        raise ProfinferError("--max-size writes the trace as the run goes: leave out --no-stream")
     if sched and json:
         raise ProfinferError("--sched needs the Perfetto format: Chrome JSON has no CPU "
                              "scheduling (leave out --json)")
@@ -132,7 +140,8 @@ def record(
         selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers),
         sched=sched,
     )
-    raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation).run())
+    raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
+                                   stream=stream).run())
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -11,8 +11,10 @@ from pathlib import Path
 from profinfer_perfetto.capture.program import program_text
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
 from profinfer_perfetto.capture.sched import sched_text
+from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
+from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.aggregate import op_stats
@@ -28,6 +30,8 @@ class RecordCommand:
     json: bool = False
     ebpf: bool = False
     rotation: Rotation | None = None
+    stream: bool = True
+    """Write the trace while the run goes; else when it ends."""
 
     def run(self) -> int:
         probe_plan = plan(self.request)
@@ -50,15 +54,27 @@ class RecordCommand:
             return 0
         require_root()
         check_writable(self.output)
-        if self.json:
-            model = build(record(self.request, probe_plan, self._attached))
-            with atomic_output(self.output) as out:
+        return self._streamed(probe_plan) if self.stream and not self.json else self._whole(
+            probe_plan)
+
+    def _whole(self, probe_plan: ProbePlan | None) -> int:
+        """Keep the run in memory and write it when it ends (--json, --no-stream)."""
+        model = build(record(self.request, probe_plan, self._attached))
+        layout = build_layout(model)
+        with atomic_output(self.output) as out:
+            if self.json:
                 text_out = io.TextIOWrapper(out, encoding="utf-8")
-                written = write_chrome_json(build_layout(model), text_out)
+                written = write_chrome_json(layout, text_out)
                 text_out.flush()
                 text_out.detach()
-            print(summary(RunTotals.of(model), model, self.output, written, "events"))
-            return 0
+            else:
+                written = write_perfetto(layout, out)
+        print(summary(RunTotals.of(model), model, self.output, written,
+                      "events" if self.json else "packets"))
+        return 0
+
+    def _streamed(self, probe_plan: ProbePlan | None) -> int:
+        """Write the trace while the run goes (the default)."""
         stream = TraceStream(self.output, self.rotation)
         try:
             recording = record(self.request, probe_plan, self._attached, stream)

@@ -114,3 +114,17 @@ def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None
             assert status == ("duration reached" if f == files[-1]
                               else f"continued in {files[1].name}")
         assert steps[0] and steps[1] and steps[1][0] == steps[0][-1] + 1, engine
+
+
+def test_no_stream_writes_the_run_when_it_ends(cli: Cli, tmp_path: Path) -> None:
+    """--no-stream: nothing beside the target while it runs; one whole trace at the end, the
+    same steps."""
+    out = tmp_path / "run.pftrace"
+    result = cli("record", "-o", out, "--no-stream", "--", *_generation("tiny-llama", 16))
+    assert result.returncode == 0, result.stderr
+    assert not list(tmp_path.glob("*.part"))
+    with TraceQuery(out, "builtin") as q:
+        assert len(q.metric("token_steps").rows) == 16
+        assert q.recording_args()["status"] == "complete"
+    refused = cli("record", "-o", out, "--no-stream", "--max-size", "1M", "--", "true")
+    assert refused.returncode == 2 and "--no-stream" in refused.stderr
