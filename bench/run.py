@@ -211,7 +211,7 @@ def bench_memory() -> dict[str, Any]:
                           ("tiny-llama", 3200), ("medium-llama", 320)):
         shift = ["--context-shift", "-c", "256"] if model == "tiny-llama" else []  # n_ctx 512
         said = _record(CACHE / "memory.pftrace",
-                       completion(model, tokens, 2, "--ignore-eos", *shift))
+                       completion(model, tokens, 2, "--ignore-eos", *shift), "--stream")
         said["events_per_s"] = round(said["events"] / max(said["capture_s"], 1e-9))
         results[f"{model} {tokens} tokens"] = said
         print(model, tokens, said, flush=True)
@@ -219,8 +219,8 @@ def bench_memory() -> dict[str, Any]:
 
 
 def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
-    """record --pid on a llama-server (3 slots) under continuous load from `clients` clients
-    for `seconds`: peak memory, CPU, events, losses."""
+    """record --stream --pid on a llama-server (3 slots) under continuous load from `clients`
+    clients for `seconds`: peak memory, CPU, events, losses."""
     import subprocess
     import sys
     import threading
@@ -257,8 +257,8 @@ def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
             w.start()
         out = CACHE / "server.pftrace"
         recorder = subprocess.run(
-            [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--pid",
-             str(server.pid), "--duration", str(seconds)], capture_output=True, text=True,
+            [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--stream",
+             "--pid", str(server.pid), "--duration", str(seconds)], capture_output=True, text=True,
             errors="replace", check=True)
         stop.set()
     finally:
@@ -283,7 +283,8 @@ def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]
 
 
 MODES = {"full": [], "no barriers": ["--no-barriers"],
-         "sample 256, detach": ["--sample", "256", "--detach"], "full + --sched": ["--sched"]}
+         "sample 256, detach": ["--sample", "256", "--detach"], "full + --sched": ["--sched"],
+         "full + --stream": ["--stream"]}
 
 
 def bench_overhead(pairs: int = 6, models: tuple[str, ...] = ("gemma-3-270m", "medium-llama",

@@ -102,11 +102,12 @@ def record(
         int, typer.Option("--rotate", help="With --max-size: keep only the newest N files.")
     ] = 0,
     stream: Annotated[
-        bool,
+        bool | None,
         typer.Option("--stream/--no-stream", help="Write the trace while the run goes (memory "
-                     "stays flat; the recorder works during the run), or keep the run in memory "
-                     "and write it when it ends (no work beside the target while it runs)."),
-    ] = True,
+                     "stays flat, a killed recorder leaves the run so far; the recorder works "
+                     "beside the target), or keep the run and write it when it ends (the "
+                     "default, but with --max-size: nothing beside the target while it runs)."),
+    ] = None,
     sched: Annotated[
         bool,
         typer.Option("--sched", help="Also record every context switch and wakeup on the "
@@ -121,8 +122,10 @@ def record(
     if len(counters) > MAX_COUNTERS:
         raise ProfinferError(f"at most {MAX_COUNTERS} counters can be read per op")
     rotation = _rotation(max_size, rotate, json)
-    if rotation is not None and not stream:
+    if rotation is not None and stream is False:
         raise ProfinferError("--max-size writes the trace as the run goes: leave out --no-stream")
+    if stream and json:
+        raise ProfinferError("--stream writes Perfetto traces as the run goes: leave out --json")
     if sched and json:
         raise ProfinferError("--sched needs the Perfetto format: Chrome JSON has no CPU "
                              "scheduling (leave out --json)")
@@ -141,7 +144,7 @@ def record(
         sched=sched,
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
-                                   stream=stream).run())
+                                   stream=bool(stream) or rotation is not None).run())
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -30,7 +30,7 @@ class RecordCommand:
     json: bool = False
     ebpf: bool = False
     rotation: Rotation | None = None
-    stream: bool = True
+    stream: bool = False
     """Write the trace while the run goes; else when it ends."""
 
     def run(self) -> int:
@@ -58,7 +58,7 @@ class RecordCommand:
             probe_plan)
 
     def _whole(self, probe_plan: ProbePlan | None) -> int:
-        """Keep the run in memory and write it when it ends (--json, --no-stream)."""
+        """Keep the run in memory and write it when it ends (the default, and --json)."""
         model = build(record(self.request, probe_plan, self._attached))
         layout = build_layout(model)
         with atomic_output(self.output) as out:
@@ -74,7 +74,7 @@ class RecordCommand:
         return 0
 
     def _streamed(self, probe_plan: ProbePlan | None) -> int:
-        """Write the trace while the run goes (the default)."""
+        """Write the trace while the run goes (--stream, --max-size)."""
         stream = TraceStream(self.output, self.rotation)
         try:
             recording = record(self.request, probe_plan, self._attached, stream)

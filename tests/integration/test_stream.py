@@ -1,5 +1,6 @@
-"""record writes its trace as the run goes: a killed recorder leaves a readable trace up to the
-kill, a full disk ends the capture with what fit, and --max-size/--rotate make whole files."""
+"""record --stream writes its trace as the run goes: a killed recorder leaves a readable trace up
+to the kill, a full disk ends the capture with what fit, and --max-size/--rotate make whole
+files."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_a_killed_recorder_leaves_the_run_up_to_the_kill(tmp_path: Path, seed: i
     trace_processor with no error in its stats) and holds the steps that ended up to at most
     a second before the kill; the target runs on, unprobed."""
     out = tmp_path / "run.pftrace"
-    recorder, pid = start_recorder(out, "--", *_generation("medium-llama", -1))
+    recorder, pid = start_recorder(out, "--stream", "--", *_generation("medium-llama", -1))
     try:
         wait_for_a_token(recorder)
         time.sleep(random.Random(seed).uniform(0.5, 3.0))
@@ -82,7 +83,7 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path) ->
     chunks that fit, and the target is not left stopped."""
     with _small_disk(tmp_path, "512k") as disk:
         out = disk / "run.pftrace"
-        result = cli("record", "-o", out, "--", *_generation("tiny-llama", 3000))
+        result = cli("record", "-o", out, "--stream", "--", *_generation("tiny-llama", 3000))
         assert result.returncode == 2, result.stderr
         (said,) = [line for line in result.stderr.splitlines()
                    if line.startswith("profinfer-perfetto:") and "tracing pid" not in line]
@@ -116,11 +117,10 @@ def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None
         assert steps[0] and steps[1] and steps[1][0] == steps[0][-1] + 1, engine
 
 
-def test_no_stream_writes_the_run_when_it_ends(cli: Cli, tmp_path: Path) -> None:
-    """--no-stream: nothing beside the target while it runs; one whole trace at the end, the
-    same steps."""
+def test_by_default_the_run_is_written_when_it_ends(cli: Cli, tmp_path: Path) -> None:
+    """Without --stream: nothing beside the target while it runs; one whole trace at the end."""
     out = tmp_path / "run.pftrace"
-    result = cli("record", "-o", out, "--no-stream", "--", *_generation("tiny-llama", 16))
+    result = cli("record", "-o", out, "--", *_generation("tiny-llama", 16))
     assert result.returncode == 0, result.stderr
     assert not list(tmp_path.glob("*.part"))
     with TraceQuery(out, "builtin") as q:
