@@ -502,11 +502,14 @@ class _Capture:
                          "have gaps")
         return notes
 
+    def costs(self) -> dict[str, ProbeCost]:
+        """What each BPF program cost (read from the kernel: once, at the end)."""
+        return {**self.session.costs(), **(self.sched.costs() if self.sched else {})}
+
     def run_so_far(self, status: str, final: bool = False) -> Run:
         """The run as known now (with its losses, notes and costs when `final`)."""
         lost = self.session.lost() if final else dict.fromkeys(Ring, 0)
         sched_lost = self.sched.lost() if final and self.sched is not None else 0
-        costs = {**self.session.costs(), **(self.sched.costs() if self.sched else {})}
         return Run(
             ggml=self.probe_plan.ggml,
             pid=self.pid,
@@ -522,7 +525,7 @@ class _Capture:
             notes=self.notes(lost, sched_lost) if final else [],
             recorder_cpu_s=round(time.process_time() - self.cpu_at_begin, 3),
             aggregate=self.request.selection.aggregate,
-            probe_costs=costs if final else {},
+            probe_costs=self.costs() if final else {},
             from_start=self.launched is not None,
             sched_cpus=self.sched.cpus if self.sched is not None else None,
             sched_lost=sched_lost,

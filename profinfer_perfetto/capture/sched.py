@@ -3,7 +3,7 @@
 The sched program (probes/sched.bpf.c) watches the CPUs the target may run on (its threads'
 affinity when the capture starts) for as long as the capture lasts. What it hands over is
 completed here with what only /proc knows, while the tasks are still there: each task's process
-and each process's command line, so the trace can say who ran instead of the target.
+and each process's program, so the trace can say who ran instead of the target.
 """
 
 from __future__ import annotations
@@ -100,21 +100,10 @@ def tasks_of(records: np.ndarray, known: Container[int] = ()) -> dict[int, Task]
     tasks.pop(0, None)
     for tid, task in tasks.items():
         if not task.tgid:
-            task.tgid = _status_tgid(tid)
+            task.tgid = target.status_number(tid, "Tgid")
         if not task.name:
             task.name = target.thread_name(task.tgid or tid, tid) or ""
     return tasks
-
-
-def _status_tgid(tid: int) -> int:
-    try:
-        status = Path(f"/proc/{tid}/status").read_text()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("Tgid:"):
-            return int(line.split()[1])
-    return 0
 
 
 def programs_of(tasks: dict[int, Task]) -> dict[int, str]:

@@ -208,6 +208,18 @@ def thread_name(pid: int, tid: int) -> str | None:
         return None
 
 
+def status_number(task: int | str, key: str) -> int:
+    """A number of /proc/TASK/status (`task`: an id, or "self"); 0 where it is not there."""
+    try:
+        status = Path(f"/proc/{task}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1])
+    return 0
+
+
 def process_cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()

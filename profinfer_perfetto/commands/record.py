@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.program import program_text
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
 from profinfer_perfetto.capture.sched import sched_text
@@ -112,10 +113,7 @@ def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:
 def _peak_mb() -> float:
     """This process's peak resident memory (its own: getrusage's ru_maxrss outlives an exec, so
     it can say the peak of whatever ran in the process before)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return target.status_number("self", "VmHWM") / 1024
 
 
 def summary(totals: RunTotals, model: TraceModel, output: Path, written: int, unit: str) -> str:
