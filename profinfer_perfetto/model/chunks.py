@@ -4,9 +4,10 @@ A chunk ends just before a token step begins at a moment when no thread is insid
 for a runtime that computes graphs without token steps, before a graph begins when none is
 being computed): everything of the steps before is in it, nothing of the ones after. A cut is
 only made at a step begin that came in an earlier drain, by when every record made before it
-has been read (the rings hand records over in the order they were made). The node descriptors
-a later op may still need (the probes describe a tensor again only when it changed) are carried
-from chunk to chunk, the latest one per tensor.
+has been read (the rings hand records over in the order they were made), and never where the
+previous chunk ended (the step begin there is the next chunk's first record, not a new cut).
+The node descriptors a later op may still need (the probes describe a tensor again only when it
+changed) are carried from chunk to chunk, the latest one per tensor.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ class Chunker:
 
     def _cut(self) -> int | None:
         """The latest time, among the pending events (all of earlier drains), just before a step
-        (or graph) begins with none open."""
+        (or graph) begins with none open, after the first of them."""
         events = self.pending["events"]
+        if len(events) == 0:
+            return None
         self.steps = self.steps or bool(np.any(events["kind"] == Kind.TOKEN_BEGIN))
         begin, end = ((Kind.TOKEN_BEGIN, Kind.TOKEN_END) if self.steps
                       else (Kind.GRAPH_BEGIN, Kind.GRAPH_END))
@@ -76,7 +79,8 @@ class Chunker:
                 open_on.add(tid)
             else:
                 open_on.discard(tid)
-        return cut if cut else None
+        # A cut at the first pending event (the step the last chunk was cut before) makes none.
+        return cut if cut is not None and cut > int(events["ts"].min()) else None
 
     def _take(self, end_ns: int) -> Chunk:
         """Split off the records made before `end_ns`."""

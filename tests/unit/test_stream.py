@@ -15,6 +15,7 @@ from profinfer_perfetto.capture.recorder import Drained, Recording
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.model.chunks import Chunker
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.metrics import canned
@@ -71,6 +72,18 @@ def test_a_chunk_never_splits_a_step(tmp_path: Path) -> None:
     totals = stream.totals
     assert sum(totals.steps.values()) == 21 and totals.graphs == 21
     assert totals.ops == len(build(rec).ops)
+
+
+def test_a_step_longer_than_a_drain_makes_no_empty_chunk() -> None:
+    """A step that is still running at several drains is cut before once: the drains that
+    follow, until a later step begins, make no chunk of nothing."""
+    rec = synthetic.decode_run(4, steps=10)
+    chunker = Chunker()
+    chunks = [c for d in _drains(rec, 200) if (c := chunker.add(d)) is not None]
+    chunks.append(chunker.finish(int(rec.events["ts"].max()) + 1))
+    assert all(len(c.events) for c in chunks)
+    assert sum(len(c.events) for c in chunks) == len(rec.events)
+    assert len(chunks) <= 11, "at most one chunk per step"
 
 
 def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: Path) -> None:
