@@ -17,9 +17,12 @@ from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.check.baseline import from_traces
 from profinfer_perfetto.commands import doctor
 from profinfer_perfetto.commands.check import CheckCommand
+from profinfer_perfetto.commands.draw import DagCommand, PlotCommand
 from profinfer_perfetto.commands.open import DEFAULT_PORT, OpenCommand
 from profinfer_perfetto.commands.query import QueryCommand, expand
 from profinfer_perfetto.commands.record import RecordCommand
+from profinfer_perfetto.draw.dag import Fill
+from profinfer_perfetto.draw.plot import FIGURES
 from profinfer_perfetto.encode.stream import Rotation
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
@@ -223,6 +226,38 @@ def check(
     _engine(engine)
     raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
                                   trace_processor).run())
+
+
+@app.command()
+def dag(
+    trace: Annotated[Path, typer.Argument(help="The trace.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="NAME.svg, or NAME.dot.")],
+    graph: Annotated[
+        int | None, typer.Option(help="The graph to draw (default: the first decode graph).")
+    ] = None,
+    fill: Annotated[
+        str, typer.Option(help="What a node's colour says: " + ", ".join(f"{f.value}"
+                                                                        for f in Fill) + ".")
+    ] = Fill.TIME.value,
+    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    trace_processor: TraceProcessorOption = None,
+) -> None:
+    """Draw one graph of a run as its DAG (graphviz): nodes by layer, filled by their time."""
+    _engine(engine)
+    raise typer.Exit(DagCommand(trace, output, graph, fill, engine, trace_processor).run())
+
+
+@app.command()
+def plot(
+    trace: Annotated[Path, typer.Argument(help="The trace.")],
+    figure: Annotated[str, typer.Argument(help="The figure: " + ", ".join(FIGURES) + ".")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="NAME.svg.")],
+    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    trace_processor: TraceProcessorOption = None,
+) -> None:
+    """Draw a ProfStat figure of a trace (a metric's points) as SVG."""
+    _engine(engine)
+    raise typer.Exit(PlotCommand(trace, figure, output, engine, trace_processor).run())
 
 
 def _engine(name: str) -> None:

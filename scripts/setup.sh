@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a Debian 12 machine (as root) for profinfer-perfetto, idempotently:
-#   1. Debian packages: BCC, kernel headers, bpftrace, binutils, a C++ toolchain
+#   1. Debian packages: BCC, kernel headers, bpftrace, binutils, a C++ toolchain, graphviz
 #   2. what BCC needs at run time: the headers link for the running kernel, tracefs
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared and static builds, and an
@@ -15,7 +15,7 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # 1. Debian packages (only when one is missing).
 packages=(bpfcc-tools python3-bpfcc python3-venv linux-headers-amd64 bpftrace binutils
-          cmake g++ make libgomp1 ca-certificates numactl)
+          cmake g++ make libgomp1 ca-certificates numactl graphviz)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -2,7 +2,7 @@
 -- The paper: KV growth drives the dynamic ops KQ and KQV (FLASH_ATTN_EXT where fused).
 -- Decode steps of one sequence only; x = KV length after the step (pos + n_tokens, the position
 -- from the batch, or counted from the start of a launched run; unknown, and left out, for a
--- --pid capture of a batch without positions), y = op instance time.
+-- --pid capture of a batch without positions), y = op instance time (profinfer_kv_point).
 -- One row per (op, role) over all layers (layer empty), then per (op, role, layer).
 -- columns:
 --   op, role, layer
@@ -10,13 +10,7 @@
 --   kv_min, kv_max    KV lengths covered
 --   slope_ns_per_token, intercept_ns   least-squares line y = intercept + slope * x
 --   r2                fit quality (1 = perfect; empty when x or y is constant)
-WITH points AS (
-  SELECT n.op, n.role, n.layer, 1.0 * s.kv_len AS x, 1.0 * n.dur AS y
-  FROM profinfer_node n JOIN profinfer_step s USING (step)
-  WHERE n.phase = 'decode' AND s.kv_len IS NOT NULL
-    AND (n.op IN ('FLASH_ATTN_EXT', 'SOFT_MAX')
-         OR n.role IN ('kq', 'kqv', 'kq_soft_max', 'kq_mask'))
-),
+WITH points AS (SELECT op, role, layer, kv_len AS x, dur AS y FROM profinfer_kv_point),
 -- Each point twice: in its layer's group and in the all-layers group (layer -2 stands for
 -- "all" until the output, where it shows as empty).
 grouped AS (

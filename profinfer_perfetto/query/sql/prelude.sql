@@ -16,6 +16,9 @@
 --                    tensor, role, layer, dtype, src0_dtype, flops, bytes, arg_set_id
 --   profinfer_node   one row per graph node: ts (first thread's start), dur (to the last
 --                    thread's end), work, slowest, fastest, wait (summed over threads), threads
+--   profinfer_kv_point  one row per attention node (FLASH_ATTN_EXT, SOFT_MAX, or a kq, kqv,
+--                    kq_soft_max or kq_mask role) of a one-sequence decode step with a known KV
+--                    length: op, role, layer, kv_len (pos + n_tokens, real), dur (real)
 --   profinfer_route  one row per (MoE op execution, token, expert): graph, node, step, phase,
 --                    layer, token, at (the token's place in the run), expert
 --   profinfer_runnable  (record --sched) one row per time an inference thread (one with token
@@ -205,6 +208,13 @@ FROM profinfer_node_times n
 JOIN profinfer_phase_no p USING (graph)
 JOIN profinfer_op_role_no r ON r.arg_set_id = n.node_args
 ORDER BY grp, n.dur;
+
+CREATE VIEW profinfer_kv_point AS
+SELECT n.op, n.role, n.layer, 1.0 * s.kv_len AS kv_len, 1.0 * n.dur AS dur
+FROM profinfer_node n JOIN profinfer_step s USING (step)
+WHERE n.phase = 'decode' AND s.kv_len IS NOT NULL
+  AND (n.op IN ('FLASH_ATTN_EXT', 'SOFT_MAX')
+       OR n.role IN ('kq', 'kqv', 'kq_soft_max', 'kq_mask'));
 
 -- One row per (Mixture-of-Experts op execution, token, expert chosen), split from the op's
 -- `experts` arg: token is its row in the op's ids, at its place in the run's processing order

@@ -1,0 +1,155 @@
+"""One graph of a run drawn as its DAG (ProfDAG): a node per graph node that ran, an edge per
+DAG edge the trace's flows carry, the nodes of a layer in a box of their own, each node filled
+by its share of the graph's time (or its bandwidth) from white to red.
+
+The graph is read from the same prelude tables the metrics read (profinfer_node, the trace's
+`flow` table between op slices), so it answers alike on both engines; graphviz's `dot` lays it
+out as SVG.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from enum import StrEnum
+
+from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.query.session import TraceQuery
+
+
+class Fill(StrEnum):
+    """What a node's colour says."""
+
+    TIME = "time"
+    """Its share of the graph's node time (first thread's start to last thread's end)."""
+    BANDWIDTH = "bandwidth"
+    """The bytes its shapes imply over its time (GB/s)."""
+
+
+@dataclass(frozen=True)
+class DagNode:
+    node: int
+    op: str
+    role: str
+    tensor: str
+    layer: int
+    dur: int
+    flops: int
+    bytes: int
+
+    def value(self, fill: Fill) -> float:
+        if fill == Fill.TIME:
+            return float(self.dur)
+        return self.bytes / self.dur if self.dur > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Dag:
+    graph: int
+    step: int | None
+    phase: str | None
+    nodes: list[DagNode]
+    edges: list[tuple[int, int]]
+    """(from node, to node): the node that made a tensor to one that read it."""
+
+    @property
+    def total_ns(self) -> int:
+        return sum(n.dur for n in self.nodes)
+
+
+_GRAPHS = "SELECT graph, phase FROM profinfer_graph ORDER BY graph"
+_NODES = """SELECT node, op, role, tensor, layer, dur, flops, bytes FROM profinfer_node
+WHERE graph = {graph} ORDER BY node"""
+_EDGES = """WITH ops AS (SELECT slice_id, node FROM profinfer_op_times WHERE graph = {graph})
+SELECT DISTINCT a.node, b.node FROM flow f
+JOIN ops a ON a.slice_id = f.slice_out JOIN ops b ON b.slice_id = f.slice_in
+ORDER BY a.node, b.node"""
+_STEP = "SELECT step, phase FROM profinfer_graph WHERE graph = {graph}"
+
+
+def pick_graph(q: TraceQuery, graph: int | None) -> int:
+    """`graph`, if the trace has it; by default its first decode graph (the steady state), else
+    its first graph."""
+    rows = q.sql(_GRAPHS).rows
+    if not rows:
+        raise ProfinferError(f"{q.trace} has no graphs to draw")
+    graphs = [int(g) for g, _ in rows]
+    if graph is None:
+        return next((int(g) for g, phase in rows if phase == "decode"), graphs[0])
+    if graph not in set(graphs):
+        raise ProfinferError(f"{q.trace} has no graph {graph} (its graphs are {graphs[0]} to "
+                             f"{graphs[-1]})")
+    return graph
+
+
+def read_dag(q: TraceQuery, graph: int) -> Dag:
+    """The graph's nodes and edges, as the trace has them."""
+    nodes = [DagNode(int(n), str(op), str(role), str(tensor or ""),
+                     -1 if layer is None else int(layer), int(dur), int(flops or 0),
+                     int(nbytes or 0))
+             for n, op, role, tensor, layer, dur, flops, nbytes
+             in q.sql(_NODES.format(graph=graph)).rows]
+    edges = [(int(a), int(b)) for a, b in q.sql(_EDGES.format(graph=graph)).rows]
+    step, phase = q.sql(_STEP.format(graph=graph)).rows[0]
+    return Dag(graph, None if step is None else int(step), phase, nodes, edges)
+
+
+def fill_colour(level: float) -> str:
+    """White (0) to red (1)."""
+    fade = round(255 * (1 - min(max(level, 0.0), 1.0)))
+    return f"#ff{fade:02x}{fade:02x}"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _label(node: DagNode, dag: Dag, fill: Fill) -> str:
+    share = node.dur / dag.total_ns if dag.total_ns else 0.0
+    measure = (f"{node.dur / 1e3:.1f} us ({share:.1%})" if fill == Fill.TIME
+               else f"{node.value(fill):.2f} GB/s")
+    return "\\n".join(_quote(part)[1:-1] for part in (node.op, node.tensor, measure) if part)
+
+
+def to_dot(dag: Dag, fill: Fill = Fill.TIME) -> str:
+    """The graph in graphviz's DOT language: node `nN` for graph node N, its fill scaled to the
+    graph's largest value, its tooltip saying its role, work and time."""
+    top = max((n.value(fill) for n in dag.nodes), default=0.0)
+    title = f"graph {dag.graph}" + (f", {dag.phase} step {dag.step}" if dag.step is not None
+                                    else "")
+    lines = ["digraph dag {", f"  label={_quote(title + ', nodes by ' + fill.value)};",
+             "  labelloc=t; rankdir=TB;",
+             '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+    by_layer: dict[int, list[DagNode]] = {}
+    for n in dag.nodes:
+        by_layer.setdefault(n.layer, []).append(n)
+    for layer, nodes in sorted(by_layer.items()):
+        indent = "  " if layer < 0 else "    "
+        if layer >= 0:
+            lines += [f"  subgraph cluster_layer_{layer} {{",
+                      f"    label={_quote(f'layer {layer}')}; style=dashed; color=grey;"]
+        for n in nodes:
+            tip = (f"node {n.node}: {n.op} {n.role}, {n.flops} FLOPs, {n.bytes} bytes, "
+                   f"{n.dur} ns")
+            colour = fill_colour(n.value(fill) / top if top > 0 else 0.0)
+            lines.append(f"{indent}n{n.node} [label=\"{_label(n, dag, fill)}\", "
+                         f"fillcolor=\"{colour}\", tooltip={_quote(tip)}];")
+        if layer >= 0:
+            lines.append("  }")
+    lines += [f"  n{a} -> n{b};" for a, b in dag.edges]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def svg(dot_text: str) -> bytes:
+    """The DOT text laid out by graphviz."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise ProfinferError("graphviz's `dot` is not installed (apt-get install graphviz); "
+                             "-o NAME.dot writes the graph without it")
+    done = subprocess.run([dot, "-Tsvg"], input=dot_text.encode(), capture_output=True,
+                          check=False)
+    if done.returncode != 0:
+        raise ProfinferError(f"dot failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
