@@ -21,6 +21,10 @@ capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the
         size, and the same run with tiny rings, where events are lost and counted.
 encoding  packets/s and bytes per op writing a real recording's trace, against a naive writer
         that serializes one official perfetto_trace_pb2 packet per event without args.
+calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
+        Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
+        on Gemma-3-270M; and the `roofline` verdicts of Gemma-3-270M's decode matmuls recorded
+        with those roofs.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import date
@@ -41,6 +46,7 @@ from profinfer_perfetto.capture.events import Kind
 from profinfer_perfetto.capture.recorder import Recording, RecordRequest, plan, record
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.machine.peaks import Peak, PeakKind, compute_peaks, memory_peak
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.names import PROBE_ARG_PREFIX
 from profinfer_perfetto.model.trace_model import build
@@ -113,7 +119,6 @@ def bench_query() -> dict[str, Any]:
 def bench_check_false_positives(runs: int = 8, pooled: int = 3) -> dict[str, Any]:
     """Record the same generation `runs` times; check later runs against the first run, and
     against the first `pooled` runs as one baseline."""
-    import subprocess
     import sys
     import tempfile
 
@@ -155,7 +160,6 @@ def bench_check_false_positives(runs: int = 8, pooled: int = 3) -> dict[str, Any
 
 def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str, float]:
     """tokens/s of llama-bench (pp 32, tg 64), alone or under `record` with these options."""
-    import subprocess
     import sys
 
     cmd = [str(assets.llama_bin("llama-bench")), "-m", str(assets.model(model)), "-p", "32",
@@ -189,7 +193,6 @@ def _recorder_said(summary: str) -> dict[str, float]:
 
 def _record(out: Path, command: list[str], *options: str) -> dict[str, float]:
     """Run `record` (the CLI, its own process) and what its summary said, with bytes per op."""
-    import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
@@ -221,7 +224,6 @@ def bench_memory() -> dict[str, Any]:
 def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
     """record --stream --pid on a llama-server (3 slots) under continuous load from `clients`
     clients for `seconds`: peak memory, CPU, events, losses."""
-    import subprocess
     import sys
     import threading
     import urllib.request
@@ -327,7 +329,6 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
     ahead). A sample's whole cost is the extra time of the steps from the one before it to
     AFTER_SAMPLE after it (attaching, tracing, removing the probes), in untraced steps; over
     N steps that is the slowdown of `--sample N --detach`."""
-    import subprocess
     import sys
 
     results: dict[str, Any] = {}
@@ -370,7 +371,6 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
 
 
 def bench_capacity() -> dict[str, Any]:
-    import subprocess
     import sys
 
     cmd = completion("tiny-llama", 400, 2)
@@ -428,6 +428,43 @@ def bench_encoding() -> dict[str, Any]:
     }
 
 
+def bench_calibrate(rounds: int = 3) -> dict[str, Any]:
+    threads = list(range(1, len(os.sched_getaffinity(0)) + 1))
+    stream = CACHE / "stream_copy"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["gcc", "-O2", "-fopenmp", "-o", str(stream), str(HERE / "stream_copy.c")],
+                   check=True)
+    memory: dict[int, dict[str, list[float]]] = {n: {"ours": [], "stream": []} for n in threads}
+    for _ in range(rounds):
+        for n in threads:
+            memory[n]["ours"].append(memory_peak(n).value)
+            copied = subprocess.run([str(stream)], capture_output=True, text=True, check=True,
+                                    env={**os.environ, "OMP_NUM_THREADS": str(n)}).stdout
+            memory[n]["stream"].append(float(copied))
+    gemma = assets.model("gemma-3-270m")
+    compute = compute_peaks(assets.llama_bin("llama-bench"), gemma, threads)
+    peaks = tuple(Peak(PeakKind.MEMORY, n, float(np.median(m["ours"])))
+                  for n, m in memory.items()) + tuple(compute)
+    request = RecordRequest(command=completion("gemma-3-270m", 32, threads[-1]), peaks=peaks)
+    path = CACHE / "roofline.pftrace"
+    with atomic_output(path) as out:
+        write_perfetto(build_layout(build(record(request, plan(request)))), out)
+    with TraceQuery(path, "builtin") as q:
+        result = q.metric("roofline")
+    rows = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+    return {
+        "memory": {str(n): {"ours_gb_s": float(np.median(m["ours"])),
+                            "stream_gb_s": float(np.median(m["stream"])),
+                            "ratio": round(float(np.median(np.array(m["ours"])
+                                                           / np.array(m["stream"]))), 3)}
+                   for n, m in memory.items()},
+        "compute": {f"{p.dtype} t{p.threads}": p.value for p in compute},
+        "decode_matmuls": [{k: r[k] for k in ("role", "dtype", "intensity", "ridge",
+                                              "gbyte_per_s", "roof_share", "verdict")}
+                           for r in rows if r["phase"] == "decode" and r["op"] == "MUL_MAT"],
+    }
+
+
 BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "overhead": bench_overhead,
     "memory": bench_memory,
@@ -437,6 +474,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "encoding": bench_encoding,
     "query": bench_query,
     "check": bench_check_false_positives,
+    "calibrate": bench_calibrate,
 }
 
 
@@ -498,6 +536,17 @@ def markdown(results: dict[str, Any]) -> str:
                          ["naive per-event perfetto_trace_pb2, no args",
                           str(e["naive_packets_per_s"]),
                           f"{e['naive_bytes_per_packet']} per packet"]])
+    if "calibrate" in results:
+        c = results["calibrate"]
+        lines += _table(["calibrate: memory roof", "calibrate GB/s", "STREAM-like C GB/s",
+                         "calibrate / C (median of 3)"],
+                        [[f"{n} threads", str(m["ours_gb_s"]), str(m["stream_gb_s"]),
+                          str(m["ratio"])] for n, m in c["memory"].items()])
+        lines += _table(["roofline: Gemma-3-270M decode MUL_MAT", "dtype", "FLOP/byte",
+                         "ridge", "GB/s", "of the roof", "verdict"],
+                        [[r["role"], r["dtype"], str(r["intensity"]), str(r["ridge"]),
+                          str(r["gbyte_per_s"]), str(r["roof_share"]), r["verdict"]]
+                         for r in c["decode_matmuls"]])
     if "check" in results:
         lines += _table(["check false positives (same run recorded again)", "checks",
                          "runs flagged", "keys flagged / decided"],

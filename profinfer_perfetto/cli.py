@@ -16,6 +16,7 @@ from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.check.baseline import from_traces
 from profinfer_perfetto.commands import doctor
+from profinfer_perfetto.commands.calibrate import CalibrateCommand
 from profinfer_perfetto.commands.check import CheckCommand
 from profinfer_perfetto.commands.draw import DagCommand, PlotCommand
 from profinfer_perfetto.commands.open import DEFAULT_PORT, OpenCommand
@@ -25,6 +26,7 @@ from profinfer_perfetto.draw.dag import Fill
 from profinfer_perfetto.draw.plot import FIGURES
 from profinfer_perfetto.encode.stream import Rotation
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.machine import peaks
 from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
 
 app = typer.Typer(
@@ -117,6 +119,12 @@ def record(
                      "target's CPUs: CPU tracks, thread states, the CPU of each op and the "
                      "`interference` metric."),
     ] = False,
+    peaks_file: Annotated[
+        Path | None,
+        typer.Option("--peaks", help="The machine's roofs (calibrate) to write into the trace "
+                     f"for `roofline`  [default: ${peaks.PEAKS_ENV} or the user's cache, "
+                     "where calibrate stores them, if there]"),
+    ] = None,
 ) -> None:
     """Trace a llama.cpp run (a command, or --pid) into a Perfetto trace."""
     counters = ["context-switches"] if counter is None else [c for c in counter if c != "none"]
@@ -145,12 +153,22 @@ def record(
         rings=RingSizes(ring_pages, ring_pages),
         selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers),
         sched=sched,
+        peaks=tuple(_peaks(peaks_file).peaks),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
                                    stream=bool(stream) or rotation is not None).run())
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _peaks(path: Path | None) -> peaks.Peaks:
+    """The roofs to write into the trace: --peaks, else calibrate's, else none."""
+    if path is None:
+        path = peaks.default_path()
+        if not path.is_file():
+            return peaks.Peaks()
+    return peaks.load(path)
 
 
 def _rotation(max_size: str | None, rotate: int, json: bool) -> Rotation | None:
@@ -226,6 +244,34 @@ def check(
     _engine(engine)
     raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
                                   trace_processor).run())
+
+
+@app.command()
+def calibrate(
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Where to store the roofs  [default: "
+                                  f"${peaks.PEAKS_ENV} or the user's cache]")
+    ] = None,
+    threads: Annotated[
+        list[int] | None, typer.Option("--threads", help="A thread count to measure at "
+                                       "(repeat it; default 1 to the CPUs usable).")
+    ] = None,
+    llama_bench: Annotated[
+        Path | None, typer.Option("--llama-bench", help="The build's llama-bench, to time "
+                                  "ggml's matmuls on --model.")
+    ] = None,
+    model: Annotated[
+        list[Path] | None, typer.Option("--model", help="A GGUF model whose main weight type's "
+                                        "matmul roof to measure (repeat it).")
+    ] = None,
+    mib: Annotated[int, typer.Option(help="MiB of each array the memory roof copies.",
+                                     min=16)] = 256,
+) -> None:
+    """Measure this machine's roofs (memory GB/s; ggml matmul GFLOP/s per weight type) at 1..N
+    threads and store them; record writes them into its traces for the `roofline` metric."""
+    command = CalibrateCommand(output or peaks.default_path(), list(threads or []), llama_bench,
+                               list(model or []), mib)
+    raise typer.Exit(command.run())
 
 
 @app.command()

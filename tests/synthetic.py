@@ -14,6 +14,7 @@ import numpy as np
 from profinfer_perfetto.capture.events import EVENT, NODE, Kind, TokenEntry
 from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout
 from profinfer_perfetto.capture.recorder import Recording, Run
+from profinfer_perfetto.machine.peaks import Peak, PeakKind
 
 OPS = ("NONE", "DUP", "ADD", "MUL", "RMS_NORM", "MUL_MAT", "UNARY")
 GGML = GgmlInfo(
@@ -43,6 +44,11 @@ def _node(ts: int, ptr: int, op: str, name: str, ne: tuple[int, ...], srcs: list
     src = [(p, v, (64, 1, 1, 1), 0, 0) for p, v in srcs]
     src += [(0, 0, (0, 0, 0, 0), 0, 0)] * (6 - len(src))
     return (ts, ptr, view_src, ne, PID, MAIN, OPS.index(op), 0, 0, 0, src, name.encode())
+
+
+PEAKS = (Peak(PeakKind.MEMORY, 2, 20.0, how="STREAM copy"),
+         Peak(PeakKind.COMPUTE, 2, 100.0, "f32", "llama-bench pp512"))
+"""The roofs the recording's machine was calibrated with."""
 
 
 def recording(status: str = "complete") -> Recording:
@@ -90,6 +96,7 @@ def recording(status: str = "complete") -> Recording:
             begin_ns=500,
             end_ns=15_000,
             status=status,
+            peaks=PEAKS,
         ),
     )
 

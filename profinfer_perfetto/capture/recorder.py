@@ -31,6 +31,7 @@ from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
 from profinfer_perfetto.capture.target import Probe, ProbePlan
 from profinfer_perfetto.capture.watch import Watcher, loader_probe, resume
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.machine.peaks import Peak
 
 DRAIN_INTERVAL_S = 0.1
 RUNTIME_WAIT_S = 30.0
@@ -70,6 +71,8 @@ class Run:
     """With --sched: the CPUs watched."""
     sched_lost: int = 0
     """With --sched: scheduling records lost to a full ring."""
+    peaks: tuple[Peak, ...] = ()
+    """The machine's roofs, as calibrate measured them."""
 
     @property
     def complete(self) -> bool:
@@ -102,6 +105,8 @@ class RecordRequest:
     selection: Selection = field(default_factory=Selection)
     sched: bool = False
     """Also record every context switch and wakeup on the target's CPUs (capture/sched.py)."""
+    peaks: tuple[Peak, ...] = ()
+    """This machine's roofs (machine/peaks.py), written into the trace for `roofline`."""
 
 
 def plan(request: RecordRequest) -> ProbePlan | None:
@@ -529,6 +534,7 @@ class _Capture:
             from_start=self.launched is not None,
             sched_cpus=self.sched.cpus if self.sched is not None else None,
             sched_lost=sched_lost,
+            peaks=self.request.peaks,
         )
 
 

@@ -21,6 +21,8 @@ from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.names import (
     CPU_ARG,
     GENERATE_SLICE,
+    PEAK_ARGS,
+    PEAK_SLICE,
     PROMPT_SLICE,
     RECORD_SLICE,
     RECORDING_TRACK,
@@ -464,6 +466,12 @@ class _LayoutBuilder:
         if not model.run.complete:
             self.rows.add(model.run.end_ns - 1, EventType.INSTANT, track,
                           name=self.strings(f"trace cut short: {model.run.status}"))
+        # The roofs 1 ns apart: instants at one time would nest in each other.
+        for i, peak in enumerate(model.run.peaks):
+            self.rows.add(model.run.begin_ns + i, EventType.INSTANT, track,
+                          name=self.strings(PEAK_SLICE), args=self.arg_set(tuple(zip(
+                              PEAK_ARGS, (peak.kind.value, peak.dtype, peak.threads,
+                                          float(peak.value), peak.how), strict=True))))
 
     def dag_flows(self, op_begin: np.ndarray, rank: np.ndarray) -> None:
         """One flow per DAG edge, between the op slices of the graph's calling thread (ith 0)."""

@@ -13,6 +13,10 @@ from __future__ import annotations
 RECORDING_TRACK = "profinfer-perfetto"
 RECORD_SLICE = "record"
 """The recording itself: status, losses, settings, probe costs."""
+PEAK_SLICE = "peak"
+"""An instant on the recording track per roof of the machine (`calibrate`), with args
+PEAK_ARGS: its kind (memory, compute), weight type, threads and value (GB/s, GFLOP/s)."""
+PEAK_ARGS = ("peak_kind", "peak_dtype", "peak_threads", "peak_value", "peak_how")
 WAIT_SLICE = "barrier wait"
 """A thread's wait at the barrier after its share of an op."""
 SEQUENCE_TRACK = "sequence"

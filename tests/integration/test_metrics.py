@@ -21,6 +21,7 @@ import pytest
 from profinfer_perfetto.capture.events import SchedKind
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.machine.peaks import Peak, PeakKind
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
 from profinfer_perfetto.model.work import op_work, role
@@ -31,12 +32,17 @@ from scripts import assets
 
 pytestmark = pytest.mark.root
 
+PEAKS = (Peak(PeakKind.MEMORY, 1, 10.0), Peak(PeakKind.MEMORY, 2, 20.0),
+         Peak(PeakKind.COMPUTE, 2, 100.0, "f16"), Peak(PeakKind.COMPUTE, 2, 400.0, "q4_K"))
+"""Roofs for the run: its f16 matmuls have their own compute roof, its f32 ops the highest."""
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceModel, TraceQuery]:
     cmd = [str(assets.llama_bin("llama-completion")), "-m", str(assets.model("tiny-llama")),
            "-p", "Paris is the capital of", "-n", "16", "-t", "2", "-no-cnv", "--no-warmup"]
-    request = RecordRequest(command=cmd, counters=("context-switches", "task-clock"), sched=True)
+    request = RecordRequest(command=cmd, counters=("context-switches", "task-clock"), sched=True,
+                            peaks=PEAKS)
     hog = subprocess.Popen(["taskset", "-c", "1", "sh", "-c", "while :; do :; done"])
     try:
         model = build(record(request, plan(request)))
@@ -88,13 +94,15 @@ def op_slices(model: TraceModel) -> list[dict[str, Any]]:
         label, tensor = model.op_label(node, fused)
         last = fused if fused >= 0 else node
         op = label if fused >= 0 else ggml.op_name(int(nodes.raw[node]["op"]))
-        flops = sum(op_work(ggml, nodes.raw[n])[0] for n in {node, last})
+        flops, nbytes = (sum(w) for w in zip(*(op_work(ggml, nodes.raw[n])
+                                                 for n in {node, last}), strict=True))
         begin, work_end, end = int(ops.begin[i]), int(ops.work_end[i]), int(ops.end[i])
         step = int(step_of_graph[ops.graph[i]])
         out.append({
             "graph": int(ops.graph[i]), "node": int(nodes.index[node]), "tid": int(ops.tid[i]),
             "op": op, "role": role(tensor, op), "layer": int(nodes.layer[last]),
             "dtype": ggml.type_name(int(nodes.raw[node]["src"][0]["type"])), "flops": flops,
+            "bytes": nbytes, "threads": int(model.graphs.arg1[ops.graph[i]] >> 32),
             "begin": begin, "dur": max(work_end - begin, 1), "wait": max(end - work_end, 0),
             "step": step, "phase": phase.get(step),
             "delta": [int(d) for d in ops.counter_delta[i]],
@@ -108,7 +116,7 @@ def node_instances(model: TraceModel) -> list[dict[str, Any]]:
         first = shares[0]
         begin = min(s["begin"] for s in shares)
         durs = [s["dur"] for s in shares]
-        out.append({**first, "graph": graph, "node": node, "threads": len(shares),
+        out.append({**first, "graph": graph, "node": node, "shares": len(shares),
                     "dur": max(s["begin"] + s["dur"] for s in shares) - begin,
                     "work": sum(durs), "slowest": max(durs), "fastest": min(durs),
                     "wait": sum(s["wait"] for s in shares)})
@@ -176,7 +184,7 @@ def test_op_summary(run: tuple[TraceModel, TraceQuery]) -> None:
 def test_thread_balance(run: tuple[TraceModel, TraceQuery]) -> None:
     model, q = run
     got = by_key(q.metric("thread_balance"), "op", "role")
-    expected = group([n for n in node_instances(model) if n["threads"] > 1], "op", "role")
+    expected = group([n for n in node_instances(model) if n["shares"] > 1], "op", "role")
     assert set(got) == set(expected)
     for key, rows in expected.items():
         row = got[key]
@@ -245,6 +253,35 @@ def test_op_cost(run: tuple[TraceModel, TraceQuery]) -> None:
             predicted = intercept + slope * mflop
             assert abs(row["fit_ns"] - predicted) <= max(1.0, 1e-6 * abs(predicted))
             assert close(row["r2"], r2, abs_=1e-4)
+
+
+def test_roofline(run: tuple[TraceModel, TraceQuery]) -> None:
+    """Each group's rates, roofs and verdict as the rule computes them from the run's nodes and
+    the roofs it was recorded with (the roof at the graph's thread count; the op's weight type's
+    compute roof, else the highest)."""
+    model, q = run
+    got = by_key(q.metric("roofline"), "phase", "op", "role", "dtype", "threads")
+    instances = [n for n in node_instances(model) if n["flops"] > 0 and n["bytes"] > 0]
+    groups = group(instances, "phase", "op", "role", "dtype", "threads")
+    assert set(got) == set(groups)
+    verdicts = set()
+    for key, members in groups.items():
+        row, threads, dtype = got[key], key[4], key[3]
+        flops, nbytes = sum(m["flops"] for m in members), sum(m["bytes"] for m in members)
+        dur = sum(m["dur"] for m in members)
+        peak_gb = max(p.value for p in PEAKS if p.kind == "memory" and p.threads <= threads)
+        own = [p.value for p in PEAKS if p.kind == "compute" and p.dtype == dtype]
+        peak_gflop = own[0] if own else max(p.value for p in PEAKS if p.kind == "compute")
+        ai, achieved = flops / nbytes, flops / dur
+        roof = min(peak_gflop, ai * peak_gb)
+        verdict = ("overhead-bound" if achieved < 0.1 * roof else "memory-bound"
+                   if ai < peak_gflop / peak_gb else "compute-bound")
+        verdicts.add(verdict)
+        assert row["instances"] == len(members)
+        assert (row["peak_gbyte_per_s"], row["peak_gflop_per_s"]) == (peak_gb, peak_gflop)
+        assert close(row["intensity"], ai) and close(row["gflop_per_s"], achieved)
+        assert close(row["roof_gflop_per_s"], roof) and row["verdict"] == verdict, key
+    assert "memory-bound" in verdicts
 
 
 def test_counters(run: tuple[TraceModel, TraceQuery]) -> None:
@@ -383,7 +420,7 @@ def test_every_metric_is_checked() -> None:
 
     tested = {"token_latency", "token_steps", "op_summary", "thread_balance", "graph_summary",
               "kv_growth", "op_cost", "counters", "sequences", "interference",
-              "interference_tasks", "interference_ops",
+              "interference_tasks", "interference_ops", "roofline",
               "moe_experts", "moe_cost"}  # in test_routing.py, on a Mixture-of-Experts model
     assert tested == set(canned())
 

@@ -15,7 +15,7 @@ from profinfer_perfetto.encode import perfetto
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
-from profinfer_perfetto.model.names import WAIT_SLICE
+from profinfer_perfetto.model.names import PEAK_ARGS, PEAK_SLICE, WAIT_SLICE
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic, trace_reader
 
@@ -92,8 +92,11 @@ def test_the_trace_says_whether_it_is_complete(tmp_path: Path, status: str) -> N
     (record,) = [s for s in trace.slices if s.name == "record"]
     assert record.args["status"] == status
     assert record.args["complete"] == (status == "complete")
-    cut = [s.name for s in trace.instants]
+    cut = [s.name for s in trace.instants if s.name != PEAK_SLICE]
     assert cut == ([] if status == "complete" else [f"trace cut short: {status}"])
+    peaks = [s.args for s in trace.instants if s.name == PEAK_SLICE]
+    assert peaks == [dict(zip(PEAK_ARGS, (p.kind.value, p.dtype, p.threads, p.value, p.how),
+                              strict=True)) for p in synthetic.PEAKS]
 
 
 def test_chunking_changes_nothing_but_the_chunks(tmp_path: Path,

@@ -19,6 +19,9 @@
 --   profinfer_kv_point  one row per attention node (FLASH_ATTN_EXT, SOFT_MAX, or a kq, kqv,
 --                    kq_soft_max or kq_mask role) of a one-sequence decode step with a known KV
 --                    length: op, role, layer, kv_len (pos + n_tokens, real), dur (real)
+--   profinfer_peak   one row per roof of the machine the trace was recorded on (`calibrate`):
+--                    kind (memory: GB/s; compute: GFLOP/s of matmuls with weights of dtype),
+--                    dtype, threads, value
 --   profinfer_route  one row per (MoE op execution, token, expert): graph, node, step, phase,
 --                    layer, token, at (the token's place in the run), expert
 --   profinfer_runnable  (record --sched) one row per time an inference thread (one with token
@@ -85,14 +88,19 @@ SELECT
   MAX(CASE WHEN key = 'debug.routed_tokens' THEN int_value END) AS routed_tokens,
   MAX(CASE WHEN key = 'debug.seq' THEN int_value END) AS seq,
   MAX(CASE WHEN key = 'debug.seq_tokens' THEN int_value END) AS seq_tokens,
-  MAX(CASE WHEN key = 'debug.seq_pos' THEN int_value END) AS seq_pos
+  MAX(CASE WHEN key = 'debug.seq_pos' THEN int_value END) AS seq_pos,
+  MAX(CASE WHEN key = 'debug.peak_kind' THEN string_value END) AS peak_kind,
+  MAX(CASE WHEN key = 'debug.peak_dtype' THEN string_value END) AS peak_dtype,
+  MAX(CASE WHEN key = 'debug.peak_threads' THEN int_value END) AS peak_threads,
+  MAX(CASE WHEN key = 'debug.peak_value' THEN real_value END) AS peak_value
 FROM args
 WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.layer',
               'debug.node', 'debug.dtype', 'debug.src0_dtype', 'debug.flops', 'debug.bytes', 'debug.graph',
               'debug.backend', 'debug.token_step', 'debug.n_nodes', 'debug.n_threads',
               'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos',
               'debug.experts', 'debug.routed_tokens', 'debug.seq', 'debug.seq_tokens',
-              'debug.seq_pos')
+              'debug.seq_pos', 'debug.peak_kind', 'debug.peak_dtype', 'debug.peak_threads',
+              'debug.peak_value')
 GROUP BY arg_set_id;
 
 CREATE INDEX profinfer_slice_args_id ON profinfer_slice_args (arg_set_id);
@@ -208,6 +216,12 @@ FROM profinfer_node_times n
 JOIN profinfer_phase_no p USING (graph)
 JOIN profinfer_op_role_no r ON r.arg_set_id = n.node_args
 ORDER BY grp, n.dur;
+
+CREATE TABLE profinfer_peak AS
+SELECT a.peak_kind AS kind, COALESCE(a.peak_dtype, '') AS dtype, a.peak_threads AS threads,
+       a.peak_value AS value
+FROM (SELECT arg_set_id FROM slice WHERE name = 'peak') s
+JOIN profinfer_slice_args a USING (arg_set_id);
 
 CREATE VIEW profinfer_kv_point AS
 SELECT n.op, n.role, n.layer, 1.0 * s.kv_len AS kv_len, 1.0 * n.dur AS dur

@@ -1,0 +1,48 @@
+"""`profinfer-perfetto calibrate`: measure this machine's roofs and store them for record."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.machine.peaks import Peaks, compute_peaks, machine, memory_peak
+
+
+@dataclass
+class CalibrateCommand:
+    output: Path
+    threads: list[int] = field(default_factory=list)
+    """Thread counts to measure at (default: 1 to the CPUs this process may use)."""
+    llama_bench: Path | None = None
+    models: list[Path] = field(default_factory=list)
+    """Models whose weight types llama-bench times (none: the memory roof only)."""
+    mib: int = 256
+
+    def run(self) -> int:
+        if self.models and self.llama_bench is None:
+            raise ProfinferError("--model needs --llama-bench (the build's llama-bench times "
+                                 "ggml's matmuls on it)")
+        for path in [*self.models, *([self.llama_bench] if self.llama_bench else [])]:
+            if not path.is_file():
+                raise ProfinferError(f"{path} does not exist")
+        threads = self.threads or list(range(1, len(os.sched_getaffinity(0)) + 1))
+        if min(threads) < 1:
+            raise ProfinferError("--threads takes thread counts of 1 or more")
+        peaks = Peaks(machine=machine(), measured=time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                 time.gmtime()))
+        for n in threads:
+            peaks.peaks.append(memory_peak(n, self.mib))
+        for model in self.models:
+            assert self.llama_bench is not None
+            peaks.peaks += compute_peaks(self.llama_bench, model, threads)
+        peaks.save(self.output)
+        for p in peaks.peaks:
+            unit = "GB/s" if p.kind == "memory" else f"GFLOP/s ({p.dtype})"
+            print(f"  {p.kind} {p.threads} threads: {p.value} {unit}  [{p.how}]")
+        print(f"saved {self.output}: record writes these roofs into its traces (--peaks)",
+              file=sys.stderr)
+        return 0
