@@ -5,6 +5,8 @@ One figure per metric it illustrates:
   all-layers line per (op, role);
 - op_cost: each (op, role, dtype)'s mean time against its MFLOP (log-log), the marker's area
   growing with its instances;
+- roofline: each (phase, op, role, weight type, threads) of the roofline metric, achieved
+  GFLOP/s against arithmetic intensity (log-log) by verdict, under the roofs it was held to;
 - moe_experts: the share of tokens each expert took, a cell per (layer, expert), for the phase
   with the most routed tokens;
 - token_latency: the histogram of token step times, a series per phase.
@@ -76,6 +78,33 @@ def _op_cost(q: TraceQuery, ax: Axes) -> int:
     return len(by_op)
 
 
+def _roofline(q: TraceQuery, ax: Axes) -> int:
+    rows = _rows(q.metric("roofline"))
+    if not rows:
+        raise ProfinferError(f"{q.trace} holds no roofs: run `profinfer-perfetto calibrate`, "
+                             "then record again")
+    by_verdict: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_verdict.setdefault(r["verdict"], []).append(r)
+    for verdict, group in sorted(by_verdict.items()):
+        dots = ax.scatter([r["intensity"] for r in group], [r["gflop_per_s"] for r in group],
+                          s=24, alpha=0.8, label=verdict)
+        dots.set_gid(_gid("points", verdict))
+    lo = min(r["intensity"] for r in rows) / 2
+    hi = max(max(r["intensity"] for r in rows), max(r["ridge"] for r in rows)) * 2
+    roofs = {(r["threads"], r["peak_gbyte_per_s"], r["peak_gflop_per_s"], r["roof_dtype"])
+             for r in rows}
+    for threads, gb, gflop, dtype in sorted(roofs):
+        xs = [lo, gflop / gb, hi]
+        line = ax.plot(xs, [min(gflop, x * gb) for x in xs], linestyle="--", color="grey")[0]
+        line.set_gid(_gid("roof", threads, dtype))
+        ax.annotate(f"{gflop:g} GFLOP/s ({dtype}), {gb:g} GB/s, {threads} threads",
+                    (hi, gflop), fontsize=7, ha="right", va="bottom")
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)",
+           ylabel="achieved GFLOP/s", title="Roofline: each (phase, op, role, weight type)")
+    return len(by_verdict)
+
+
 def _moe_experts(q: TraceQuery, ax: Axes) -> int:
     rows = _rows(q.metric("moe_experts"))
     if not rows:
@@ -128,6 +157,7 @@ FIGURES: dict[str, Callable[[TraceQuery, Axes], int]] = {
     "kv_growth": _kv_growth,
     "op_cost": _op_cost,
     "moe_experts": _moe_experts,
+    "roofline": _roofline,
     "token_latency": _token_latency,
 }
 """Each figure: draws on the axes, returns how many series it drew (a legend for more than

@@ -60,6 +60,11 @@ def op_work(ggml: GgmlInfo, node: np.ndarray) -> tuple[int, int]:
         rows = max(int(srcs[0]["ne"][1]), 1)
         nbytes -= table - table * min(_elements(srcs[1]["ne"]), rows) // rows
         flops = out
+    elif op == "SET_ROWS" and len(srcs) >= 2:
+        # Only the rows set are written (into a KV cache, say), not the whole destination.
+        written = _elements(srcs[0]["ne"])
+        nbytes -= ggml.nbytes(int(node["type"]), out) - ggml.nbytes(int(node["type"]), written)
+        flops = written
     elif op == "FLASH_ATTN_EXT" and len(srcs) >= 2:
         q, k = srcs[0]["ne"], srcs[1]["ne"]
         flops = 4 * int(q[0]) * int(k[1]) * int(q[1]) * int(q[2]) * int(q[3])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.events import UNKNOWN_POS, Kind
+from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Kind
 from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
+from profinfer_perfetto.model.work import op_work
 from tests import synthetic
 
 
@@ -70,3 +73,17 @@ def test_step_positions(arg1: int, from_start: bool, pos: int | None) -> None:
     (step,) = step_batches(build(rec))
     assert step.pos == pos and step.sequences == max(arg1 >> 32, 1)
     assert np.int64(np.uint64(2**64 - 1)) == -1  # n_tokens unknown is carried as -1
+
+
+def test_set_rows_is_the_rows_it_writes_not_its_whole_destination() -> None:
+    """SET_ROWS writes a few rows into a big tensor (a KV cache): its work is those rows read
+    and written, with the row ids."""
+    ggml = replace(synthetic.GGML, ops=(*synthetic.OPS, "SET_ROWS"))
+    node = np.zeros((), NODE)
+    node["op"], node["type"] = len(synthetic.OPS), 0  # into f32
+    node["ne"] = (256, 4096, 1, 1)  # the cache: 4096 rows of 256
+    node["src"][0] = (1, 0, (256, 2, 1, 1), 0, 0)  # two rows of f32
+    node["src"][1] = (2, 0, (2, 1, 1, 1), 0, 0)  # their indices
+    flops, nbytes = op_work(ggml, node)
+    assert flops == 512
+    assert nbytes == 2 * 512 * 4 + ggml.nbytes(0, 2)
