@@ -96,8 +96,9 @@ def test_the_figures_show_the_metric_rows(cli: Cli, tmp_path: Path, engine: str)
                           "group by op, role").rows
         experts = q.metric("moe_experts")
         steps = q.metric("token_steps").rows
+        roofline = q.metric("roofline")
     figures = {}
-    for name in ("kv_growth", "moe_experts", "token_latency", "op_cost"):
+    for name in ("kv_growth", "moe_experts", "token_latency", "op_cost", "roofline"):
         out = tmp_path / f"{name}.svg"
         result = cli("plot", TRACE, name, "-o", out, "--engine", engine)
         assert result.returncode == 0, result.stderr
@@ -122,6 +123,13 @@ def test_the_figures_show_the_metric_rows(cli: Cli, tmp_path: Path, engine: str)
     assert counted == {"prefill": sum(r[1] == "prefill" for r in steps),
                        "decode": sum(r[1] == "decode" for r in steps)}
     assert _by_id(figures["op_cost"], "points_MUL-MAT-ID")
+
+    verdict = roofline.columns.index("verdict")
+    drawn = _by_id(figures["roofline"], "points_")
+    assert {v: len(list(g.iter(f"{SVG}use"))) for v, g in drawn.items()} == {
+        f"points_{v}": sum(r[verdict] == v for r in roofline.rows)
+        for v in {r[verdict] for r in roofline.rows}}
+    assert _by_id(figures["roofline"], "roof_2_")
 
 
 def test_pictures_refuse_bad_input_in_one_sentence(cli: Cli, tmp_path: Path) -> None:
