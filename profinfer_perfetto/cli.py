@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,7 @@ from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.draw.dag import Fill
 from profinfer_perfetto.draw.plot import FIGURES
 from profinfer_perfetto.encode.stream import Rotation
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.machine import peaks
 from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
 
@@ -35,9 +36,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="eBPF operator-level profiler for llama.cpp / ggml that writes Perfetto traces.",
 )
-
-# Exit codes: 0 done, 1 a verdict or check failed, 2 bad input or machine.
-EXIT_INPUT = 2
 
 TraceProcessorOption = Annotated[
     str | None,
@@ -240,7 +238,7 @@ def check(
     engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
     trace_processor: TraceProcessorOption = None,
 ) -> None:
-    """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input."""
+    """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error."""
     _engine(engine)
     raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
                                   trace_processor).run())
@@ -355,10 +353,18 @@ def version() -> None:
 
 
 def main() -> None:
+    """Run the command; exit with its code (errors.ExitCode): a ProfinferError is one sentence
+    and 2, anything unexpected its traceback and 3 (never 1, which `check` means as a
+    regression)."""
     try:
         app()
     except ProfinferError as exc:
         print(f"profinfer-perfetto: {exc}", file=sys.stderr)
-        sys.exit(EXIT_INPUT)
+        sys.exit(ExitCode.BAD_INPUT)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"profinfer-perfetto: internal error ({type(exc).__name__}): a bug, please report "
+              "it with the traceback above", file=sys.stderr)
+        sys.exit(ExitCode.INTERNAL)

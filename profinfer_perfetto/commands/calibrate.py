@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.machine.peaks import Peaks, compute_peaks, machine, memory_peak
 
 
@@ -45,4 +45,4 @@ class CalibrateCommand:
             print(f"  {p.kind} {p.threads} threads: {p.value} {unit}  [{p.how}]")
         print(f"saved {self.output}: record writes these roofs into its traces (--peaks)",
               file=sys.stderr)
-        return 0
+        return ExitCode.OK

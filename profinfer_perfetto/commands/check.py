@@ -11,10 +11,7 @@ from profinfer_perfetto.check.baseline import Baseline, from_traces
 from profinfer_perfetto.check.rules import load_rules
 from profinfer_perfetto.check.verdict import compare
 from profinfer_perfetto.commands.query import expand
-from profinfer_perfetto.errors import ProfinferError
-
-EXIT_PASS = 0
-EXIT_REGRESSION = 1
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 
 
 @dataclass
@@ -47,4 +44,4 @@ class CheckCommand:
             report.junit(result, self.junit)
         if self.github:
             report.github(result, sys.stdout)
-        return EXIT_REGRESSION if result.failed else EXIT_PASS
+        return ExitCode.REGRESSION if result.failed else ExitCode.OK

@@ -14,7 +14,7 @@ from profinfer_perfetto.capture.counters import HARDWARE_COUNTERS, SOFTWARE_COUN
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import describe, read_ggml_info
 from profinfer_perfetto.capture.target import objects_of_file, objects_of_process
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.query.engines import TP_BIN_ENV, find_trace_processor
 
 
@@ -106,4 +106,4 @@ def run(target: Path | None = None, pid: int | None = None) -> int:
         print(line)
     ready = all(c.ok for c in results if c.required)
     print("ready to record" if ready else "not ready to record: see the fixes above")
-    return 0 if ready else 1
+    return ExitCode.OK if ready else ExitCode.REGRESSION

@@ -9,7 +9,7 @@ from pathlib import Path
 from profinfer_perfetto.draw.dag import Fill, pick_graph, read_dag, svg, to_dot
 from profinfer_perfetto.draw.plot import figure, plot_svg
 from profinfer_perfetto.encode.output import atomic_output
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.query.session import TraceQuery
 
 
@@ -17,7 +17,7 @@ def _write(output: Path, data: bytes, what: str) -> int:
     with atomic_output(output) as out:
         out.write(data)
     print(f"wrote {output} ({what})", file=sys.stderr)
-    return 0
+    return ExitCode.OK
 
 
 @dataclass

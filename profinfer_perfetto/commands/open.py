@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 
 UI_ORIGIN = "https://ui.perfetto.dev"
 HOST = "127.0.0.1"
@@ -131,7 +131,7 @@ class OpenCommand:
         if not fetched:
             raise ProfinferError(f"{self.trace} was not fetched within {self.timeout_s:g} s")
         print(f"profinfer-perfetto: served {self.trace} to the UI", file=sys.stderr)
-        return 0
+        return ExitCode.OK
 
 
 def _check_readable(trace: Path) -> None:

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.query.engines import Result
 from profinfer_perfetto.query.metrics import canned, metric
 from profinfer_perfetto.query.render import RENDERERS, Report
@@ -40,7 +40,7 @@ class QueryCommand:
             raise ProfinferError(f"unknown format {self.format!r} (known: {', '.join(RENDERERS)})")
         if not self.metrics and self.sql is None:
             self._list()
-            return 0
+            return ExitCode.OK
         for name in self.metrics:
             metric(name)
         report = self.report(expand(self.trace))
@@ -52,7 +52,7 @@ class QueryCommand:
             note = metric(name).when_empty
             if note is not None and not report.tables[name].rows:
                 print(f"profinfer-perfetto: {name}: {note}", file=sys.stderr)
-        return 0
+        return ExitCode.OK
 
     def report(self, traces: list[Path]) -> Report:
         names = [*self.metrics, *([SQL_TABLE] if self.sql is not None else [])]

@@ -17,7 +17,7 @@ from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.totals import RunTotals
@@ -52,7 +52,7 @@ class RecordCommand:
             for probe in probe_plan.probes:
                 kind = "uretprobe" if probe.ret else "uprobe"
                 print(f"// {kind} {probe.fn}: {probe.path} +{probe.offset:#x} ({probe.where})")
-            return 0
+            return ExitCode.OK
         require_root()
         check_writable(self.output)
         return self._streamed(probe_plan) if self.stream and not self.json else self._whole(
@@ -72,7 +72,7 @@ class RecordCommand:
                 written = write_perfetto(layout, out)
         print(summary(RunTotals.of(model), model, self.output, written,
                       "events" if self.json else "packets"))
-        return 0
+        return ExitCode.OK
 
     def _streamed(self, probe_plan: ProbePlan | None) -> int:
         """Write the trace while the run goes (--stream, --max-size)."""
@@ -88,7 +88,7 @@ class RecordCommand:
         if len(stream.files) > 1:
             print(f"  the run is in {len(stream.files)} files, {stream.files[0].name} to "
                   f"{stream.files[-1].name}, each a whole trace")
-        return 0
+        return ExitCode.OK
 
     def _attached(self, pid: int) -> None:
         print(f"profinfer-perfetto: tracing pid {pid}; Ctrl-C stops and writes {self.output}",

@@ -125,8 +125,8 @@ def test_the_figures_show_the_metric_rows(cli: Cli, tmp_path: Path, engine: str)
     assert _by_id(figures["op_cost"], "points_MUL-MAT-ID")
 
     verdict = roofline.columns.index("verdict")
-    drawn = _by_id(figures["roofline"], "points_")
-    assert {v: len(list(g.iter(f"{SVG}use"))) for v, g in drawn.items()} == {
+    by_verdict = _by_id(figures["roofline"], "points_")
+    assert {v: len(list(g.iter(f"{SVG}use"))) for v, g in by_verdict.items()} == {
         f"points_{v}": sum(r[verdict] == v for r in roofline.rows)
         for v in {r[verdict] for r in roofline.rows}}
     assert _by_id(figures["roofline"], "roof_2_")
