@@ -1,7 +1,10 @@
 """A baseline: the samples `check` compares, and what the runs were made from.
 
 Samples are latency distributions in ns, keyed like `step/decode` (token-step latency),
-`op/decode/MUL_MAT/ffn_gate` (op instance time, all layers) or, for traces recorded with
+`op/decode/MUL_MAT/ffn_gate` (op instance time, all layers), `share/decode/MUL_MAT/ffn_gate`
+(per step, the op's summed node time as parts per million of the step's time: what a change to
+the op moves and a slower or faster machine, which slows every op alike, does not) or, for
+traces recorded with
 --sched, `interference/decode` (each step's time stalled on a thread waiting for a CPU: the
 `interference` metric's stalled_ns), kept per run (trace), so that a
 baseline of several runs knows how much runs differ. Each key also records its share of the
@@ -23,6 +26,9 @@ from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.session import TraceQuery, over_traces
 
 FORMAT = "profinfer-perfetto baseline 2"
+SHARE = "share"
+"""The key kind of an op's share of each step (parts per million of the step's time)."""
+PPM = 1_000_000
 MAX_SAMPLES = 20_000
 """Per key; a longer distribution is subsampled (seeded), which keeps its quantiles."""
 
@@ -42,6 +48,11 @@ class Baseline:
             path.write_text(json.dumps(asdict(self), indent=1) + "\n")
         except OSError as exc:
             raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+
+    def share_of(self, key: str) -> float:
+        """The share of its phase's time of the op behind an op or share key."""
+        kind, _, rest = key.partition("/")
+        return self.shares.get(f"op/{rest}", 0.0) if kind in ("op", SHARE) else 0.0
 
     @property
     def runs(self) -> int:
@@ -99,6 +110,9 @@ def _from_query(q: TraceQuery) -> Baseline:
     steps = q.sql("select phase, dur from profinfer_step order by step").rows
     nodes = q.sql("select phase, op, role, dur from profinfer_node "
                   "where phase is not null order by graph, node").rows
+    in_steps = q.sql("select s.phase, n.op, n.role, 1.0 * sum(n.dur) / max(s.dur, 1) "
+                     "from profinfer_node n join profinfer_step s using (step) "
+                     "group by s.step, n.op, n.role order by s.step, n.op, n.role").rows
     if not record:
         raise ProfinferError(f"{q.trace} has no recording in it: is it a profinfer-perfetto "
                              "trace?")
@@ -112,6 +126,8 @@ def _from_query(q: TraceQuery) -> Baseline:
         for phase, stalled in q.sql("select phase, stalled from profinfer_step_interference "
                                     "order by step").rows:
             samples.setdefault(f"interference/{phase}", []).append(int(stalled))
+    for phase, op, role, share in in_steps:
+        samples.setdefault(f"{SHARE}/{phase}/{op}/{role}", []).append(round(share * PPM))
     for phase, op, role, dur in nodes:
         key = f"op/{phase}/{op}/{role}"
         samples.setdefault(key, []).append(int(dur))
@@ -126,6 +142,11 @@ def _from_query(q: TraceQuery) -> Baseline:
         "tool": str(record.get("tool", f"profinfer-perfetto {__version__}")),
     }
     return Baseline(made_from, {k: [_subsample(v)] for k, v in samples.items()}, shares)
+
+
+def shown(key: str, value: float) -> str:
+    """A sample value of the key as people read it: a share in %, a time in us."""
+    return f"{value / PPM:.2%}" if key.startswith(f"{SHARE}/") else f"{value / 1e3:.1f} us"
 
 
 def describe(made_from: dict[str, Any]) -> str:

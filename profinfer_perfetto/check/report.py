@@ -7,20 +7,23 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree as ET
 
+from profinfer_perfetto.check.baseline import SHARE, shown
 from profinfer_perfetto.check.verdict import REGRESSION, UNDECIDED, CheckResult, Verdict
 from profinfer_perfetto.errors import ProfinferError
 
 
 def _row(v: Verdict) -> list[str]:
     c = v.change
+    noise = "" if v.noise is None else f"±{v.noise:.1%}"
     if c is None:
-        return [v.key, "", "", "", "", f"{v.rule.max_change:+.0%}", v.verdict]
-    return [v.key, f"{c.base_median / 1e3:.1f}", f"{c.new_median / 1e3:.1f}", f"{c.change:+.1%}",
-            f"{c.low:+.1%} .. {c.high:+.1%}", f"{v.rule.max_change:+.0%}", v.verdict]
+        return [v.key, "", "", "", "", f"{v.rule.max_change:+.0%}", noise, v.verdict]
+    return [v.key, shown(v.key, c.base_median), shown(v.key, c.new_median), f"{c.change:+.1%}",
+            f"{c.low:+.1%} .. {c.high:+.1%}", f"{v.rule.max_change:+.0%}", noise, v.verdict]
 
 
 def table(result: CheckResult, out: TextIO) -> None:
-    header = ["key", "base us", "new us", "change", "interval", "limit", "verdict"]
+    header = ["key", "base", "new", "change", "interval", "limit", "runs stray",
+              "verdict"]
     rows = [header] + [_row(v) for v in result.verdicts]
     widths = [max(len(r[j]) for r in rows) for j in range(len(header))]
     for r in rows:
@@ -38,8 +41,9 @@ def as_json(result: CheckResult, out: TextIO) -> None:
         "warnings": result.warnings,
         "verdicts": [
             {"rule": v.rule.name, "key": v.key, "verdict": v.verdict, "base_samples": v.base_n,
-             "new_samples": v.new_n, "max_change": v.rule.max_change,
-             **({"base_median_ns": v.change.base_median, "new_median_ns": v.change.new_median,
+             "new_samples": v.new_n, "max_change": v.rule.max_change, "noise": v.noise,
+             "unit": "ppm of the step" if v.key.startswith(f"{SHARE}/") else "ns",
+             **({"base_median": v.change.base_median, "new_median": v.change.new_median,
                  "change": v.change.change, "interval": [v.change.low, v.change.high]}
                 if v.change else {})}
             for v in result.verdicts

@@ -8,6 +8,7 @@
     [[rule]]
     name = "decode step latency"
     keys = "step/decode"  # a pattern (fnmatch) over keys: step/PHASE, op/PHASE/OP/ROLE,
+                          # share/PHASE/OP/ROLE (the op's share of each step),
                           # interference/PHASE (time stalled per step; traces made with --sched)
     max_change = 0.05     # relative change of the median that fails, once the interval clears it
     min_abs_ns = 0        # changes of the median smaller than this never fail
@@ -45,8 +46,11 @@ class Settings:
 DEFAULT_RULES = (
     Rule("decode step latency", "step/decode", 0.05),
     Rule("prefill latency", "step/prefill", 0.10),
-    Rule("top decode ops", "op/decode/*", 0.05, min_abs_ns=500, top=10),
-    Rule("top prefill ops", "op/prefill/*", 0.15, min_abs_ns=2000, top=5),
+    # Ops by their share of each step, not their absolute time: a slower or busier machine
+    # slows every op alike (runs of one command here differ by 5-30 % as a whole), which moves
+    # every op's time and no op's share; a change to one op moves its share.
+    Rule("top decode ops' share of the step", "share/decode/*", 0.05, top=10),
+    Rule("top prefill ops' share of the step", "share/prefill/*", 0.15, top=5),
 )
 
 

@@ -1,7 +1,9 @@
-"""How sure a change of the median is: a bootstrap confidence interval, numpy only."""
+"""How sure a change of the median is (a bootstrap confidence interval), and how far runs of
+the same thing stray from each other (a prediction band from the baseline's runs); numpy only."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,3 +63,35 @@ def _relative(new: np.ndarray, base: np.ndarray) -> np.ndarray:
     """new / base - 1; 0 where they are equal (also both 0, as a key of waits often is)."""
     change: np.ndarray = (new - base) / np.maximum(base, 1e-9)
     return change
+
+
+def run_noise(runs: list[list[int]], confidence: float = 0.95) -> float | None:
+    """How far the median of one more run of the same thing may lie from the runs' pooled
+    median, as a relative change: the `confidence` prediction band of a new run's log-median
+    from the runs' own log-medians (Student's t with k - 1 degrees of freedom, widened by
+    sqrt(1 + 1/k) for the new run). None with fewer than two runs, which show no spread."""
+    medians = np.log([max(float(np.median(r)), 1e-9) for r in runs if r])
+    k = len(medians)
+    if k < 2:
+        return None
+    spread = float(np.std(medians, ddof=1)) * math.sqrt(1 + 1 / k)
+    return math.expm1(t_quantile(0.5 + confidence / 2, k - 1) * spread)
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile (p > 0.5), by bisection on its CDF integrated numerically."""
+
+    def cdf(x: float) -> float:
+        grid = np.linspace(0.0, x, 4001)
+        log_norm = (math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)
+                    - 0.5 * math.log(dof * math.pi))
+        pdf = np.exp(log_norm - (dof + 1) / 2 * np.log1p(grid * grid / dof))
+        return 0.5 + float(np.sum((pdf[1:] + pdf[:-1]) / 2 * np.diff(grid)))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2

@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from profinfer_perfetto.check.baseline import Baseline, describe
+from profinfer_perfetto.check.baseline import Baseline, describe, shown
 from profinfer_perfetto.check.rules import Rule, Settings
-from profinfer_perfetto.check.stats import Change, median_change
+from profinfer_perfetto.check.stats import Change, median_change, run_noise
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 OK = "ok"
+WITHIN_NOISE = "within the baseline's noise"
+"""Past the limit, but no further than one more run of the baseline may stray (stats.run_noise)."""
 UNDECIDED = "too few samples"
 MISSING = "missing"
 
@@ -25,6 +27,8 @@ class Verdict:
     new_n: int
     change: Change | None = None
     confidence: str = "95%"
+    noise: float | None = None
+    """How far one more baseline run's median may stray (None: a one-run baseline)."""
 
     @property
     def failed(self) -> bool:
@@ -35,9 +39,11 @@ class Verdict:
         if c is None:
             return f"{self.key}: {self.verdict} (baseline {self.base_n} samples, " \
                    f"candidate {self.new_n})"
-        return (f"{self.key}: median {c.base_median / 1e3:.1f} -> {c.new_median / 1e3:.1f} us "
+        noise = "" if self.noise is None else f", runs stray ±{self.noise:.1%}"
+        return (f"{self.key}: median {shown(self.key, c.base_median)} -> "
+                f"{shown(self.key, c.new_median)} "
                 f"({c.change:+.1%}, {self.confidence} CI {c.low:+.1%} .. {c.high:+.1%}; "
-                f"limit {self.rule.max_change:+.0%}): {self.verdict}")
+                f"limit {self.rule.max_change:+.0%}{noise}): {self.verdict}")
 
 
 @dataclass
@@ -53,18 +59,19 @@ class CheckResult:
 def _watched(rule: Rule, base: Baseline) -> list[str]:
     keys = [k for k in base.samples if fnmatchcase(k, rule.keys)]
     if rule.top:
-        keys = sorted(keys, key=lambda k: (-base.shares.get(k, 0.0), k))[: rule.top]
+        keys = sorted(keys, key=lambda k: (-base.share_of(k), k))[: rule.top]
     return sorted(keys)
 
 
-def _judge(rule: Rule, change: Change) -> str:
+def _judge(rule: Rule, change: Change, noise: float | None) -> str:
+    """A regression (or improvement) is a change whose whole interval is past the limit, by at
+    least min_abs_ns, and further than the baseline's own runs stray from each other."""
     worse = change.low if rule.direction == "increase" else -change.high
     better = -change.high if rule.direction == "increase" else change.low
     big_enough = abs(change.new_median - change.base_median) >= rule.min_abs_ns
-    if worse > rule.max_change and big_enough:
-        return REGRESSION
-    if better > rule.max_change and big_enough:
-        return IMPROVEMENT
+    for past, verdict in ((worse, REGRESSION), (better, IMPROVEMENT)):
+        if past > rule.max_change and big_enough:
+            return WITHIN_NOISE if noise is not None and past <= noise else verdict
     return OK
 
 
@@ -96,8 +103,9 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                                                confidence=confidence))
             else:
                 change = median_change(a, b, settings.confidence, settings.resamples)
-                result.verdicts.append(Verdict(rule, key, _judge(rule, change), base_n, new_n,
-                                               change, confidence=confidence))
+                noise = run_noise(a, settings.confidence)
+                result.verdicts.append(Verdict(rule, key, _judge(rule, change, noise), base_n,
+                                               new_n, change, confidence, noise))
     if not result.verdicts:
         result.warnings.append(
             f"no rule matched a key of the baseline ({describe(base.made_from)})")

@@ -43,11 +43,11 @@ def test_an_injected_slowdown_is_flagged_and_named(cli: Cli, runs: dict[str, Pat
     assert result.returncode == 1, result.stderr
     flagged = [line for line in result.stdout.splitlines()
                if line.endswith("regression") and not line.startswith("::")]
-    assert len(flagged) == 1 and flagged[0].startswith("op/decode/MUL_MAT/Qcur")
-    assert "::error title=profinfer-perfetto: op/decode/MUL_MAT/Qcur slower::" in result.stdout
+    assert len(flagged) == 1 and flagged[0].startswith("share/decode/MUL_MAT/Qcur")
+    assert "::error title=profinfer-perfetto: share/decode/MUL_MAT/Qcur slower::" in result.stdout
     suite = ET.parse(report).getroot()
     failures = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
-    assert failures == ["op/decode/MUL_MAT/Qcur"] and suite.get("failures") == "1"
+    assert failures == ["share/decode/MUL_MAT/Qcur"] and suite.get("failures") == "1"
 
 
 def test_the_same_run_again_passes(cli: Cli, runs: dict[str, Path]) -> None:
@@ -64,9 +64,12 @@ def test_json_and_a_saved_baseline(cli: Cli, runs: dict[str, Path], tmp_path: Pa
     assert result.returncode == 1
     doc = json.loads(result.stdout)
     bad = [v for v in doc["verdicts"] if v["verdict"] == "regression"]
-    assert [v["key"] for v in bad] == ["op/decode/MUL_MAT/Qcur"]
+    assert [v["key"] for v in bad] == ["share/decode/MUL_MAT/Qcur"]
+    # Qcur 10 % slower: its share of the step s grows to 1.1 s / (1 + 0.1 s).
+    base, new = bad[0]["base_median"] / 1e6, bad[0]["new_median"] / 1e6
+    assert new == pytest.approx(1.1 * base / (1 + 0.1 * base), rel=0.02)
     low, high = bad[0]["interval"]
-    assert 0.05 < low < 0.10 < high < 0.15
+    assert 0.05 < low < bad[0]["change"] < high
 
 
 def test_a_sample_too_small_to_decide_says_so(cli: Cli, runs: dict[str, Path]) -> None:
@@ -154,3 +157,28 @@ def test_a_baseline_of_several_runs_knows_how_runs_differ(cli: Cli, tmp_path: Pa
     pooled = cli("check", candidate, "--baseline", pooled_file, *B)
     assert pooled.returncode == 0, pooled.stdout
     assert "the baseline is one run" not in pooled.stdout
+
+
+def test_a_slower_machine_moves_no_share_and_runs_show_their_spread(cli: Cli,
+                                                                   tmp_path: Path) -> None:
+    """Baseline runs that differ by up to 15 % as a whole: a candidate 12 % slower as a whole is
+    within the spread its runs show (and moves no op's share), one whose Qcur alone is 10 %
+    slower is caught by Qcur's share of the step."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for seed, speed in ((30, 1.0), (31, 1.15), (32, 0.95)):
+        trace(runs, f"run{seed}", seed=seed, speed=speed)
+    slower = trace(tmp_path, "slower", seed=14, speed=1.12)
+    slow_op = trace(tmp_path, "slow_op", seed=24, slow="MUL_MAT/Qcur", factor=1.10)
+    verdicts = {}
+    for name, candidate in (("slower", slower), ("slow_op", slow_op)):
+        result = cli("check", candidate, "--baseline", f"{runs}/*.pftrace", "--format", "json",
+                     *B)
+        verdicts[name] = {v["key"]: v for v in json.loads(result.stdout)["verdicts"]}
+        assert result.returncode == (name == "slow_op"), result.stdout
+    step = verdicts["slower"]["step/decode"]
+    assert step["change"] > 0.05 and step["noise"] > step["change"]
+    assert all(v["verdict"] == "ok" for k, v in verdicts["slower"].items()
+               if k.startswith("share/decode/"))
+    assert [k for k, v in verdicts["slow_op"].items() if v["verdict"] == "regression"] \
+        == ["share/decode/MUL_MAT/Qcur"]
