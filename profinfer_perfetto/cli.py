@@ -224,8 +224,8 @@ def query(
 def check(
     trace: Annotated[str, typer.Argument(help="The candidate trace, or a quoted glob of runs.")],
     baseline: Annotated[
-        str, typer.Option(help="A baseline (query --save-baseline), or traces (a glob) to "
-                          "compare with.")
+        str, typer.Option(help="A baseline (query --save-baseline), or traces to compare with: "
+                          "a quoted glob, or a folder of past runs.")
     ],
     rules: Annotated[
         Path | None, typer.Option(help="Rules TOML (default rules otherwise).")
@@ -237,11 +237,21 @@ def check(
     ] = False,
     engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
     trace_processor: TraceProcessorOption = None,
+    last: Annotated[
+        int, typer.Option(help="Keep only the newest N baseline runs (a folder or glob of "
+                          "runs, by modification time); 0: all.")
+    ] = 0,
+    trend: Annotated[
+        Path | None, typer.Option(help="Also write each key's median run by run (JSON).")
+    ] = None,
+    trend_plot: Annotated[
+        Path | None, typer.Option(help="Also draw each key's trend (SVG).")
+    ] = None,
 ) -> None:
     """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error."""
     _engine(engine)
     raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
-                                  trace_processor).run())
+                                  trace_processor, last, trend, trend_plot).run())
 
 
 @app.command()

@@ -9,8 +9,11 @@ from pathlib import Path
 from profinfer_perfetto.check import report
 from profinfer_perfetto.check.baseline import Baseline, from_traces
 from profinfer_perfetto.check.rules import load_rules
+from profinfer_perfetto.check.trend import drift_warnings, trends, write_json
 from profinfer_perfetto.check.verdict import compare
 from profinfer_perfetto.commands.query import expand
+from profinfer_perfetto.draw.plot import trend_svg
+from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 
 
@@ -24,12 +27,16 @@ class CheckCommand:
     github: bool = False
     engine: str = "auto"
     tp_bin: str | None = None
+    last: int = 0
+    """Keep only the newest N baseline runs (by modification time); 0: all."""
+    trend: Path | None = None
+    trend_plot: Path | None = None
 
     def run(self) -> int:
         if self.output_format not in ("table", "json"):
             raise ProfinferError(f"unknown format {self.output_format!r} (known: table, json)")
         rules, settings = load_rules(self.rules)
-        base = Baseline.load(expand(self.baseline), self.engine, self.tp_bin)
+        base = Baseline.load(self._baseline_paths(), self.engine, self.tp_bin)
         traces = expand(self.trace)
         for trace in traces:
             if not trace.is_file():
@@ -39,9 +46,30 @@ class CheckCommand:
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")
         result = compare(base, new, rules, settings)
+        found = trends(result, base, new)
+        result.warnings += drift_warnings(found, result)
+        if self.trend is not None:
+            write_json(found, self.trend)
+        if self.trend_plot is not None:
+            with atomic_output(self.trend_plot) as out:
+                out.write(trend_svg(found))
         (report.as_json if self.output_format == "json" else report.table)(result, sys.stdout)
         if self.junit is not None:
             report.junit(result, self.junit)
         if self.github:
             report.github(result, sys.stdout)
         return ExitCode.REGRESSION if result.failed else ExitCode.OK
+
+    def _baseline_paths(self) -> list[Path]:
+        """The baseline: a file, a glob, or a folder of runs (its traces), the newest `last`."""
+        folder = Path(self.baseline)
+        paths = (sorted(folder.glob("*.pftrace")) if folder.is_dir()
+                 else expand(self.baseline))
+        if folder.is_dir() and not paths:
+            raise ProfinferError(f"{folder} holds no .pftrace runs")
+        if self.last < 0:
+            raise ProfinferError(f"--last {self.last}: give how many runs to keep")
+        if self.last:
+            paths = sorted(paths, key=lambda p: (p.stat().st_mtime, p.name)
+                           if p.exists() else (0.0, p.name))[-self.last:]
+        return paths

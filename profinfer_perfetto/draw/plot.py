@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from profinfer_perfetto.check.trend import Trend
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import Result
 from profinfer_perfetto.query.session import TraceQuery
@@ -175,6 +176,33 @@ def figure(name: str) -> Callable[[TraceQuery, Axes], int]:
 def plot_svg(q: TraceQuery, name: str) -> bytes:
     """The figure `name` of the trace, as SVG."""
     draw = figure(name)
+    return _svg(lambda ax: draw(q, ax))
+
+
+def trend_svg(trends: list[Trend]) -> bytes:
+    """`check --trend-plot`: each key's median run by run, relative to the first run, the
+    candidate last; a key drifting past its limit drawn solid, the others dotted."""
+
+    def draw(ax: Axes) -> int:
+        for t in trends:
+            ys = [m / t.medians[0] - 1 if t.medians[0] else 0.0 for m in t.medians]
+            line = ax.plot(range(len(ys)), ys, marker="o", markersize=3, label=t.key,
+                           linestyle="-" if t.drifting else ":")[0]
+            line.set_gid(_gid("trend", t.key))
+        limits = {t.limit if t.direction == "increase" else -t.limit for t in trends}
+        for limit in limits:
+            ax.axhline(limit, color="grey", linestyle="--", linewidth=0.8)
+        runs = max((len(t.medians) for t in trends), default=1)
+        ax.set_xticks(range(runs), [*(str(i + 1) for i in range(runs - 1)), "candidate"])
+        ax.yaxis.set_major_formatter(lambda y, _: f"{y:+.0%}")
+        ax.set(xlabel="baseline run (oldest first)", ylabel="median against the first run",
+               title="Trend of each watched key")
+        return len(trends)
+
+    return _svg(draw)
+
+
+def _svg(draw: Callable[[Axes], int]) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,8 +210,8 @@ def plot_svg(q: TraceQuery, name: str) -> bytes:
 
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
-    if draw(q, ax) > 1:
-        ax.legend(fontsize=8)
+    if 1 < draw(ax) <= 12:
+        ax.legend(fontsize=7)
     out = io.BytesIO()
     fig.savefig(out, format="svg", metadata={"Date": None})
     return out.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -182,3 +183,31 @@ def test_a_slower_machine_moves_no_share_and_runs_show_their_spread(cli: Cli,
                if k.startswith("share/decode/"))
     assert [k for k, v in verdicts["slow_op"].items() if v["verdict"] == "regression"] \
         == ["share/decode/MUL_MAT/Qcur"]
+
+
+def test_a_slow_drift_shows_in_the_trend_before_it_fails(cli: Cli, tmp_path: Path) -> None:
+    """Qcur 2 % slower run after run over five past runs, the candidate 2 % more: no single
+    change crosses the limit, but the trend (JSON, SVG, a warning) shows Qcur drifting."""
+    history = tmp_path / "main"
+    history.mkdir()
+    for i in range(5):
+        path = trace(history, f"run{i}", seed=40 + i, slow="MUL_MAT/Qcur", factor=1 + 0.02 * i)
+        os.utime(path, (1_000 + i, 1_000 + i))
+    candidate = trace(tmp_path, "candidate", seed=50, slow="MUL_MAT/Qcur", factor=1.10)
+    trend, plot = tmp_path / "trend.json", tmp_path / "trend.svg"
+    result = cli("check", candidate, "--baseline", history, "--trend", trend, "--trend-plot",
+                 plot, *B)
+    assert result.returncode == 0, result.stdout
+    key = "share/decode/MUL_MAT/Qcur"
+    assert f"warning: {key} drifts +" in result.stdout
+    found = {t["key"]: t for t in json.loads(trend.read_text())}
+    assert len(found[key]["medians"]) == 6 and found[key]["drifting"]
+    assert found[key]["medians"] == sorted(found[key]["medians"])
+    assert not found["share/decode/MUL_MAT/ffn_up"]["drifting"]
+    ids = {e.get("id") for e in ET.parse(plot).getroot().iter()}
+    assert "trend_share-decode-MUL-MAT-Qcur" in ids
+    last = cli("check", candidate, "--baseline", history, "--last", "2", "--trend", trend, *B)
+    assert last.returncode == 0, last.stdout
+    assert len(json.loads(trend.read_text())[0]["medians"]) == 3
+    bad = cli("check", candidate, "--baseline", tmp_path / "candidate.pftrace.d", *B)
+    assert bad.returncode == 2
