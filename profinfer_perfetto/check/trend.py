@@ -35,7 +35,11 @@ class Trend:
         return worse > self.limit
 
 
-def trends(result: CheckResult, base: Baseline, new: Baseline) -> list[Trend]:
+MIN_HISTORY = 3
+"""Baseline runs a drift is told from: with fewer, the trend is the change itself."""
+
+
+def trends(result: CheckResult, base: Baseline) -> list[Trend]:
     """A trend for each decided key of the check (two points at least)."""
     out = []
     for v in result.verdicts:
@@ -52,11 +56,13 @@ def trends(result: CheckResult, base: Baseline, new: Baseline) -> list[Trend]:
 
 
 def drift_warnings(found: list[Trend], result: CheckResult) -> list[str]:
-    """A sentence for each key drifting past its limit that is no regression (yet)."""
+    """A sentence for each key drifting past its limit that is no regression (yet), over a
+    history of MIN_HISTORY runs or more."""
     failed = {v.key for v in result.verdicts if v.verdict == REGRESSION}
     return [f"{t.key} drifts {t.drift:+.1%} over the last {len(t.medians) - 1} runs and the "
             f"candidate ({t.per_run:+.1%} a run; limit {t.limit:+.0%}): no single change "
-            "crossed it" for t in found if t.drifting and t.key not in failed]
+            "crossed it" for t in found
+            if t.drifting and t.key not in failed and len(t.medians) > MIN_HISTORY]
 
 
 def write_json(found: list[Trend], path: Path) -> None:

@@ -46,7 +46,7 @@ class CheckCommand:
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")
         result = compare(base, new, rules, settings)
-        found = trends(result, base, new)
+        found = trends(result, base)
         result.warnings += drift_warnings(found, result)
         if self.trend is not None:
             write_json(found, self.trend)

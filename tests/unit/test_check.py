@@ -209,5 +209,6 @@ def test_a_slow_drift_shows_in_the_trend_before_it_fails(cli: Cli, tmp_path: Pat
     last = cli("check", candidate, "--baseline", history, "--last", "2", "--trend", trend, *B)
     assert last.returncode == 0, last.stdout
     assert len(json.loads(trend.read_text())[0]["medians"]) == 3
+    assert "drifts" not in last.stdout, "two runs are no history to tell a drift from"
     bad = cli("check", candidate, "--baseline", tmp_path / "candidate.pftrace.d", *B)
     assert bad.returncode == 2
