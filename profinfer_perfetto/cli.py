@@ -151,22 +151,13 @@ def record(
         rings=RingSizes(ring_pages, ring_pages),
         selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers),
         sched=sched,
-        peaks=tuple(_peaks(peaks_file).peaks),
+        peaks=tuple((peaks.stored() if peaks_file is None else peaks.load(peaks_file)).peaks),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
                                    stream=bool(stream) or rotation is not None).run())
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def _peaks(path: Path | None) -> peaks.Peaks:
-    """The roofs to write into the trace: --peaks, else calibrate's, else none."""
-    if path is None:
-        path = peaks.default_path()
-        if not path.is_file():
-            return peaks.Peaks()
-    return peaks.load(path)
 
 
 def _rotation(max_size: str | None, rotate: int, json: bool) -> Rotation | None:

@@ -79,6 +79,17 @@ def default_path() -> Path:
     return cache / "profinfer-perfetto" / "peaks.json"
 
 
+def stored() -> Peaks:
+    """The peaks calibrate stored, if any can be read at default_path() (none otherwise)."""
+    path = default_path()
+    try:
+        if not path.is_file():
+            return Peaks()
+    except OSError:  # a folder this user may not look in
+        return Peaks()
+    return load(path)
+
+
 def load(path: Path) -> Peaks:
     """Peaks stored by calibrate; one sentence if the file is not such."""
     try:
