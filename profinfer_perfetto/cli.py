@@ -57,8 +57,9 @@ def record(
     ] = None,
     counter: Annotated[
         list[str] | None,
-        typer.Option(help="perf counter read at each op's start and end (up to 2); "
-                     "'none' for no counter.  [default: context-switches]"),
+        typer.Option(help="perf counter read at each op's start and end (up to 2): a perf "
+                     "name (cycles, task-clock, ...) or a PMU's event, PMU/EVENT/ or "
+                     "PMU/FIELD=VALUE,.../; 'none' for no counter.  [default: context-switches]"),
     ] = None,
     lib: Annotated[
         list[Path] | None,

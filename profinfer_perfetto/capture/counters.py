@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 from profinfer_perfetto.errors import ProfinferError
@@ -40,13 +41,76 @@ _BPF_ENABLE_STATS = 32
 _BPF_STATS_RUN_TIME = 0
 
 
+PMUS = Path("/sys/bus/event_source/devices")
+"""The kernel's PMUs: each a folder with its perf `type`, its `events` by name and the
+`format` of their fields in the config."""
+
+
 def counter_config(name: str) -> tuple[int, int]:
+    """The perf type and config of a counter: a generic name (`perf list`'s), or a PMU's event
+    as perf writes it, `PMU/EVENT/` by its name in sysfs or `PMU/FIELD=VALUE,.../` raw."""
     if name in SOFTWARE_COUNTERS:
         return _PERF_TYPE_SOFTWARE, SOFTWARE_COUNTERS[name]
     if name in HARDWARE_COUNTERS:
         return _PERF_TYPE_HARDWARE, HARDWARE_COUNTERS[name]
+    if "/" in name:
+        return _pmu_config(name)
     known = ", ".join([*SOFTWARE_COUNTERS, *HARDWARE_COUNTERS])
-    raise ProfinferError(f"unknown counter {name!r} (known: {known})")
+    raise ProfinferError(f"unknown counter {name!r} (known: {known}; or a PMU's event as "
+                         "PMU/EVENT/ or PMU/FIELD=VALUE,.../)")
+
+
+def _names(folder: Path) -> str:
+    return ", ".join(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else "none"
+
+
+def _pmu_config(spec: str) -> tuple[int, int]:
+    pmu, _, rest = spec.partition("/")
+    if not rest.endswith("/") or rest == "/":
+        raise ProfinferError(f"counter {spec!r}: write a PMU's event as PMU/EVENT/ or "
+                             "PMU/FIELD=VALUE,.../")
+    folder = PMUS / pmu
+    if not (folder / "type").is_file():
+        raise ProfinferError(f"counter {spec}: this machine has no PMU {pmu!r} (its PMUs: "
+                             f"{_names(PMUS)})")
+    config = 0
+    for term in rest[:-1].split(","):
+        if "=" in term:
+            config |= _field(folder, spec, *term.split("=", 1))
+            continue
+        event = folder / "events" / term
+        if not event.is_file():
+            raise ProfinferError(f"counter {spec}: PMU {pmu} has no event {term!r} (its "
+                                 f"events: {_names(folder / 'events')})")
+        for part in event.read_text().strip().split(","):
+            config |= _field(folder, spec, *part.split("=", 1)) if "=" in part else 0
+    return int((folder / "type").read_text()), config
+
+
+def _field(folder: Path, spec: str, key: str, value: str) -> int:
+    """A FIELD=VALUE term's bits in the config, as the PMU's format places them
+    (`config:0-7,32-35`: the value's low bits in 0-7, the next ones in 32-35)."""
+    fmt = folder / "format" / key
+    if not fmt.is_file():
+        raise ProfinferError(f"counter {spec}: PMU {folder.name} has no field {key!r} (its "
+                             f"fields: {_names(folder / 'format')})")
+    where, _, ranges = fmt.read_text().strip().partition(":")
+    if where != "config":
+        raise ProfinferError(f"counter {spec}: field {key} is in {where}, and only fields of "
+                             "config are read")
+    try:
+        number = int(value, 0)
+    except ValueError:
+        raise ProfinferError(f"counter {spec}: {key}={value} is not a number") from None
+    config, used = 0, 0
+    for bits in ranges.split(","):
+        lo, _, hi = bits.partition("-")
+        width = int(hi or lo) - int(lo) + 1
+        config |= ((number >> used) & ((1 << width) - 1)) << int(lo)
+        used += width
+    if number >> used:
+        raise ProfinferError(f"counter {spec}: {key}={value} does not fit its {used} bits")
+    return config
 
 
 def _syscall(numbers: dict[str, int], *args: Any) -> int:
@@ -57,13 +121,21 @@ def _syscall(numbers: dict[str, int], *args: Any) -> int:
     return int(ctypes.CDLL(None, use_errno=True).syscall(number, *args))
 
 
-def counter_opens(counter: str) -> bool:
-    """Can this process open the counter for itself (perf_event_open(2))?"""
-    kind, config = counter_config(counter)
+_PERF_FLAG_FD_CLOEXEC = 8
+
+
+def counting_fd(kind: int, config: int, pid: int = -1, cpu: int = -1) -> int:
+    """A perf event counting (never sampling: a PMU like msr takes no sample period, which BCC's
+    own opener sets) for a task (`pid`) or on a CPU (`pid` -1); -1 where it cannot open."""
     attr = (ctypes.c_uint8 * 128)()
     ctypes.memmove(attr, (ctypes.c_uint32 * 2)(kind, 128), 8)
     ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(config), 8)
-    fd = _syscall(_PERF_EVENT_OPEN, attr, 0, -1, -1, 0)
+    return _syscall(_PERF_EVENT_OPEN, attr, pid, cpu, -1, _PERF_FLAG_FD_CLOEXEC)
+
+
+def counter_opens(counter: str) -> bool:
+    """Can this process open the counter for itself (perf_event_open(2))?"""
+    fd = counting_fd(*counter_config(counter), pid=0)
     if fd < 0:
         return False
     os.close(fd)

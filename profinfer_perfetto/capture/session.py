@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from profinfer_perfetto.capture.counters import enable_run_time_stats, opened_configs
+from profinfer_perfetto.capture.counters import counting_fd, enable_run_time_stats, opened_configs
 from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, OP_STATS, ROUTE, Ring
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
@@ -112,11 +112,10 @@ class ProbeSession:
             self._bpf = bcc.BPF(text=text.encode())
         except Exception as exc:
             raise ProfinferError(f"the BPF program did not load: {exc}") from exc
-        for table, (kind, config) in zip(("counter0", "counter1"), configs, strict=False):
-            try:
-                self._bpf[table.encode()].open_perf_event(kind, config)
-            except Exception as exc:
-                raise ProfinferError(f"counter {counters[int(table[-1])]}: {exc}") from None
+        self._counter_fds: list[int] = []
+        for table, name, (kind, config) in zip(("counter0", "counter1"), counters, configs,
+                                               strict=False):
+            self._count(self._bpf[table.encode()], name, kind, config)
         page = os.sysconf("SC_PAGE_SIZE")
         self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
         self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
@@ -196,7 +195,19 @@ class ProbeSession:
     def costs(self) -> dict[str, ProbeCost]:
         return program_costs(self._bpf)
 
+    def _count(self, table: Any, name: str, kind: int, config: int) -> None:
+        """The perf array `table` counts the counter on every online CPU (perf_read)."""
+        for cpu in import_bcc().utils.get_online_cpus():
+            fd = counting_fd(kind, config, cpu=cpu)
+            if fd < 0:
+                raise ProfinferError(f"counter {name} cannot be counted on CPU {cpu} "
+                                     f"({os.strerror(ctypes.get_errno())})")
+            self._counter_fds.append(fd)
+            table[table.Key(cpu)] = table.Leaf(fd)
+
     def close(self) -> None:
+        for fd in self._counter_fds:
+            os.close(fd)
         if self._stats_fd is not None:
             os.close(self._stats_fd)
         self.events.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from profinfer_perfetto.capture.counters import PMUS
 from profinfer_perfetto.capture.events import TokenEntry
 from profinfer_perfetto.model.names import WAIT_SLICE, probe_args
 from profinfer_perfetto.model.trace_model import token_phase
@@ -374,6 +375,30 @@ def test_two_software_counters(cli: Cli, llama: Callable[..., Path],
     task_clock = [v for u, samples in trace.counters.items()
                   if trace.track_name(u).startswith("task-clock") for _, v in samples]
     assert max(task_clock) > 0  # ns of CPU time accumulated over the thread's ops
+
+
+def test_a_pmu_event_by_name_and_raw(cli: Cli, llama: Callable[..., Path],
+                                     model: Callable[[str], Path], tmp_path: Path) -> None:
+    """A PMU's event as perf writes it, by its sysfs name and as raw fields: the msr PMU's time
+    stamp counter, which counts on every op of every thread, the same for both spellings."""
+    if not (PMUS / "msr" / "events" / "tsc").is_file():
+        pytest.skip("this machine has no msr PMU with a tsc event")
+    out = tmp_path / "tsc.pftrace"
+    result = cli("record", "--counter", "msr/tsc/", "--counter", "msr/event=0x0/", "-o", out,
+                 "--", *completion(llama, model("tiny-llama"), 2, n=4))
+    assert result.returncode == 0, result.stderr
+    with TraceQuery(out, "builtin") as q:
+        counted = q.metric("counters")
+    rows = [dict(zip(counted.columns, r, strict=True)) for r in counted.rows]
+    by_name = {name: {(r["op"], r["role"]): r["slices"] for r in rows if r["counter"] == name}
+               for name in ("msr/tsc/", "msr/event=0x0/")}
+    assert by_name["msr/tsc/"] and by_name["msr/tsc/"] == by_name["msr/event=0x0/"]
+    assert all(r["total"] > 0 for r in rows)
+    for bad, said in [("msr/nope/", "PMU msr has no event 'nope' (its events: "),
+                      ("nopmu/x/", "this machine has no PMU 'nopmu' (its PMUs: "),
+                      ("msr/tsc", "write a PMU's event as PMU/EVENT/")]:
+        refused = cli("record", "--counter", bad, "-o", out, "--", "true")
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
 
 
 def test_hardware_counters_work_or_fail_clearly(cli: Cli, llama: Callable[..., Path],
