@@ -32,6 +32,7 @@ from profinfer_perfetto.query.session import TraceQuery
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+
 def _gid(*parts: object) -> str:
     """An element's id in the SVG: its parts joined by `_`, other characters than letters,
     digits, `.` and `-` as `-` (an XML name)."""
@@ -49,6 +50,9 @@ def _kv_growth(q: TraceQuery, ax: Axes) -> int:
     points: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for op, role, kv_len, dur in q.sql(_KV_POINTS).rows:
         points.setdefault((op, role), []).append((float(kv_len), float(dur) / 1e3))
+    if not points:
+        raise ProfinferError(f"{q.trace} has no attention ops of one-sequence decode steps with "
+                             "a known KV length to draw")
     fits = {(r["op"], r["role"]): r for r in _rows(q.metric("kv_growth")) if r["layer"] is None}
     for (op, role), xy in points.items():
         xs, ys = zip(*xy, strict=True)
@@ -67,6 +71,8 @@ def _kv_growth(q: TraceQuery, ax: Axes) -> int:
 
 def _op_cost(q: TraceQuery, ax: Axes) -> int:
     rows = [r for r in _rows(q.metric("op_cost")) if r["mflop"] and r["mean_ns"]]
+    if not rows:
+        raise ProfinferError(f"{q.trace} has no ops with work to draw")
     by_op: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_op.setdefault(r["op"], []).append(r)

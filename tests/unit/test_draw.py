@@ -142,6 +142,7 @@ def test_pictures_refuse_bad_input_in_one_sentence(cli: Cli, tmp_path: Path) -> 
         (("dag", TRACE, "-o", tmp_path / "x.svg", "--fill", "colour"), "unknown --fill"),
         (("plot", TRACE, "nope", "-o", tmp_path / "x.svg"), "no figure 'nope'"),
         (("plot", dense, "moe_experts", "-o", tmp_path / "x.svg"), "no Mixture-of-Experts"),
+        (("plot", dense, "kv_growth", "-o", tmp_path / "x.svg"), "no attention ops"),
         (("dag", tmp_path / "missing.pftrace", "-o", tmp_path / "x.svg"), "missing.pftrace"),
     ]:
         result = cli(*args, "--engine", "builtin")
