@@ -1,6 +1,7 @@
 """One graph of a run drawn as its DAG (ProfDAG): a node per graph node that ran, an edge per
 DAG edge the trace's flows carry, the nodes of a layer in a box of their own, each node filled
-by its share of the graph's time (or its bandwidth) from white to red.
+by its time (or its bandwidth) from white to red, on a log scale from the graph's least to its
+most.
 
 The graph is read from the same prelude tables the metrics read (profinfer_node, the trace's
 `flow` table between op slices), so it answers alike on both engines; graphviz's `dot` lays it
@@ -9,6 +10,7 @@ out as SVG.
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -112,13 +114,28 @@ def _label(node: DagNode, dag: Dag, fill: Fill) -> str:
     return "\\n".join(_quote(part)[1:-1] for part in (node.op, node.tensor, measure) if part)
 
 
+def fill_levels(values: list[float]) -> list[float]:
+    """Each value's place between the smallest positive value (0) and the largest (1) on a log
+    scale: a graph's node times span decades (a large matmul against a 2 us add), which a
+    linear scale would draw as one red node among white ones."""
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return [0.0] * len(values)
+    lo, hi = min(positive), max(positive)
+    if hi == lo:
+        return [1.0 if v > 0 else 0.0 for v in values]
+    return [math.log(v / lo) / math.log(hi / lo) if v > 0 else 0.0 for v in values]
+
+
 def to_dot(dag: Dag, fill: Fill = Fill.TIME) -> str:
-    """The graph in graphviz's DOT language: node `nN` for graph node N, its fill scaled to the
-    graph's largest value, its tooltip saying its role, work and time."""
-    top = max((n.value(fill) for n in dag.nodes), default=0.0)
+    """The graph in graphviz's DOT language: node `nN` for graph node N, filled by its place
+    among the graph's values (fill_levels), its tooltip saying its role, work and time."""
+    levels = dict(zip((n.node for n in dag.nodes), fill_levels([n.value(fill) for n in dag.nodes]),
+                      strict=True))
     title = f"graph {dag.graph}" + (f", {dag.phase} step {dag.step}" if dag.step is not None
                                     else "")
-    lines = ["digraph dag {", f"  label={_quote(title + ', nodes by ' + fill.value)};",
+    scale = f"nodes by {fill.value}, white to red on a log scale"
+    lines = ["digraph dag {", f"  label={_quote(title + ', ' + scale)};",
              "  labelloc=t; rankdir=TB;",
              '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
     by_layer: dict[int, list[DagNode]] = {}
@@ -132,7 +149,7 @@ def to_dot(dag: Dag, fill: Fill = Fill.TIME) -> str:
         for n in nodes:
             tip = (f"node {n.node}: {n.op} {n.role}, {n.flops} FLOPs, {n.bytes} bytes, "
                    f"{n.dur} ns")
-            colour = fill_colour(n.value(fill) / top if top > 0 else 0.0)
+            colour = fill_colour(levels[n.node])
             lines.append(f"{indent}n{n.node} [label=\"{_label(n, dag, fill)}\", "
                          f"fillcolor=\"{colour}\", tooltip={_quote(tip)}];")
         if layer >= 0:

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.draw.dag import Fill, fill_colour, pick_graph, read_dag, to_dot
+from profinfer_perfetto.draw.dag import (
+    Fill,
+    fill_colour,
+    fill_levels,
+    pick_graph,
+    read_dag,
+    to_dot,
+)
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
@@ -73,6 +80,7 @@ def test_the_dag_draws_every_node_and_edge_filled_by_its_time(cli: Cli, tmp_path
     lum = [_luminance(_fill(nodes[f"n{n}"])) for n in by_time]
     assert lum == sorted(lum, reverse=True)
     assert _fill(nodes[f"n{by_time[-1]}"]) == "#ff0000"
+    assert _fill(nodes[f"n{by_time[0]}"]) == "#ffffff"
     layers = {g.findtext(f"{SVG}title") for g in groups if g.get("class") == "cluster"}
     assert layers == {"cluster_layer_0", "cluster_layer_1"}
 
@@ -87,6 +95,9 @@ def test_the_dag_as_dot_and_by_bandwidth() -> None:
     assert f'n{fastest.node} [label="' in text
     assert f'fillcolor="{fill_colour(1.0)}"' in text.split(f"n{fastest.node} [", 1)[1]
     assert fill_colour(0.0) == "#ffffff" and fill_colour(2.0) == "#ff0000"
+    # Node times span decades: the fill follows their logarithm.
+    assert fill_levels([10.0, 100.0, 1000.0, 0.0]) == [0.0, 0.5, 1.0, 0.0]
+    assert fill_levels([5.0, 5.0]) == [1.0, 1.0] and fill_levels([0.0]) == [0.0]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
