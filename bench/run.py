@@ -6,9 +6,10 @@ bench/results.md.
 query   seconds for `op_summary` on a 1 M-op trace, per engine available here. The trace is a
         real recording (medium-llama, 64 tokens, 2 threads) tiled in time to 1 M op slices,
         cached under $PROFINFER_CACHE/bench.
-check   the regression gate's false positives: the same generation recorded 8 times, later
-        runs checked with the default rules against the first run, and against the first
-        three pooled as one baseline.
+check   the regression gate: the same generation recorded 23 times per setup (tiny-llama and
+        medium-llama at 1 and 2 threads), later runs checked with the default rules against
+        the first run, and the last 20 against the first three pooled (false alarms); then 5
+        runs with a busy loop on a CPU the target uses, against the three (to be caught).
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (6 pairs), for Gemma-3-270M and the medium random models at 1 and
         2 threads (1-thread runs: llama.cpp pinned to one CPU), full tracing, `--no-barriers`
@@ -116,9 +117,22 @@ def bench_query() -> dict[str, Any]:
     return results
 
 
-def bench_check_false_positives(runs: int = 8, pooled: int = 3) -> dict[str, Any]:
-    """Record the same generation `runs` times; check later runs against the first run, and
-    against the first `pooled` runs as one baseline."""
+def record_runs(recorder: list[str], cmd: list[str], stem: Path, count: int) -> list[Path]:
+    """`count` recordings of `cmd`, STEM-0.pftrace, STEM-1.pftrace, ..."""
+    traces = []
+    for i in range(count):
+        out = stem.with_name(f"{stem.name}-{i}.pftrace")
+        subprocess.run([*recorder, "-o", str(out), "--", *cmd], check=True, capture_output=True)
+        traces.append(out)
+    return traces
+
+
+def bench_check_false_positives(runs: int = 23, pooled: int = 3, hogged: int = 5
+                                ) -> dict[str, Any]:
+    """Record the same generation `runs` times per setup; check the later runs against the
+    first run, and the last `runs - pooled` against the first `pooled` as one baseline (false
+    alarms); then `hogged` runs with a busy loop on a core the target uses, against the pooled
+    baseline (a real slowdown, to be caught)."""
     import sys
     import tempfile
 
@@ -132,29 +146,40 @@ def bench_check_false_positives(runs: int = 8, pooled: int = 3) -> dict[str, Any
         return (sum(v["verdict"] == "regression" for v in verdicts),
                 sum(v["verdict"] in ("ok", "regression", "improvement") for v in verdicts))
 
+    def summary(counts: list[tuple[int, int]]) -> dict[str, int]:
+        return {"checks": len(counts), "flagged_runs": sum(bad > 0 for bad, _ in counts),
+                "flagged_keys": sum(bad for bad, _ in counts),
+                "decided_keys": sum(n for _, n in counts)}
+
     results: dict[str, Any] = {}
-    for model, threads, tokens in (("tiny-llama", 1, 48), ("medium-llama", 2, 32)):
+    last = max(os.sched_getaffinity(0))
+    for model, threads, tokens in (("tiny-llama", 1, 48), ("tiny-llama", 2, 48),
+                                   ("medium-llama", 1, 32), ("medium-llama", 2, 32)):
         cmd = completion(model, tokens, threads)
         # Pinned: this VM's two vCPUs differ by ~25 % in speed; single-threaded runs that
         # land on different ones differ by that much, which is no false alarm.
-        pin = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] if threads == 1 else []
-        traces = []
-        for i in range(runs):
-            out = folder / f"{model}-{i}.pftrace"
-            subprocess.run([*pin, *cli, "record", "-o", str(out), "--", *cmd], check=True,
-                           capture_output=True)
-            traces.append(out)
-        pool = folder / f"{model}-pooled.json"
-        subprocess.run([*cli, "query", str(folder / f"{model}-[0-{pooled - 1}].pftrace"),
+        pin = ["taskset", "-c", str(last)] if threads == 1 else []
+
+        setup = f"{model}-t{threads}"
+        traces = record_runs([*pin, *cli, "record"], cmd, folder / setup, runs)
+        pool = folder / f"{setup}-pooled.json"
+        subprocess.run([*cli, "query", str(folder / f"{setup}-[0-{pooled - 1}].pftrace"),
                         "--save-baseline", str(pool), "--engine", "builtin"], check=True,
                        capture_output=True)
-        for name, baseline, candidates in (("1 run", str(traces[0]), traces[1:]),
-                                           (f"{pooled} runs", str(pool), traces[pooled:])):
-            counts = [flagged(t, baseline) for t in candidates]
-            results[f"{model} t{threads}, baseline {name}"] = {
-                "checks": len(counts), "flagged_runs": sum(bad > 0 for bad, _ in counts),
-                "flagged_keys": sum(bad for bad, _ in counts),
-                "decided_keys": sum(n for _, n in counts)}
+        key = f"{model} t{threads}"
+        results[f"{key}, baseline 1 run"] = summary(
+            [flagged(t, str(traces[0])) for t in traces[1:]])
+        results[f"{key}, baseline {pooled} runs"] = summary(
+            [flagged(t, str(pool)) for t in traces[pooled:]])
+        hog = subprocess.Popen(["taskset", "-c", str(last), "sh", "-c", "while :; do :; done"])
+        try:
+            hogged_traces = record_runs([*pin, *cli, "record"], cmd, folder / f"{setup}-hog",
+                                        hogged)
+        finally:
+            hog.kill()
+            hog.wait()
+        results[f"{key}, busy loop on CPU {last}, baseline {pooled} runs"] = summary(
+            [flagged(t, str(pool)) for t in hogged_traces])
     return results
 
 
