@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profinfer_perfetto.encode.output import check_writable
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.machine.peaks import Peaks, compute_peaks, machine, memory_peak
 
@@ -32,6 +34,9 @@ class CalibrateCommand:
         threads = self.threads or list(range(1, len(os.sched_getaffinity(0)) + 1))
         if min(threads) < 1:
             raise ProfinferError("--threads takes thread counts of 1 or more")
+        with contextlib.suppress(OSError):  # check_writable says what is wrong, if anything
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(self.output)  # now, not after minutes of measuring
         peaks = Peaks(machine=machine(), measured=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                  time.gmtime()))
         for n in threads:

@@ -62,12 +62,18 @@ class Peaks:
     measured: str = ""
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Written whole or not at all."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        tmp.write_text(json.dumps({"format": FORMAT, "machine": self.machine,
-                                   "measured": self.measured,
-                                   "peaks": [asdict(p) for p in self.peaks]}, indent=1) + "\n")
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"format": FORMAT, "machine": self.machine,
+                                       "measured": self.measured,
+                                       "peaks": [asdict(p) for p in self.peaks]}, indent=1)
+                           + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def default_path() -> Path:

@@ -46,6 +46,7 @@ def test_bad_roofs_are_one_sentence(cli: Cli, tmp_path: Path) -> None:
         (("calibrate", "-o", tmp_path / "p.json", "--llama-bench", "/bin/true", "--model",
           tmp_path / "m.gguf"), "m.gguf does not exist"),
         (("record", "--peaks", tmp_path / "none.json", "--", "true"), "cannot read the peaks"),
+        (("calibrate", "-o", "/proc/peaks.json", "--threads", "1"), "cannot write /proc/peaks"),
         (("record", "--peaks", broken, "--", "true"), "holds no peaks of"),
     ]:
         result = cli(*args)
