@@ -60,6 +60,14 @@ def counter_config(name: str) -> tuple[int, int]:
                          "PMU/EVENT/ or PMU/FIELD=VALUE,.../)")
 
 
+def pmu_events() -> dict[str, list[str]]:
+    """Each of the kernel's PMUs and the events it names in sysfs (for --counter PMU/EVENT/)."""
+    if not PMUS.is_dir():
+        return {}
+    return {pmu.name: sorted(e.name for e in (pmu / "events").iterdir())
+            if (pmu / "events").is_dir() else [] for pmu in sorted(PMUS.iterdir())}
+
+
 def _names(folder: Path) -> str:
     return ", ".join(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else "none"
 

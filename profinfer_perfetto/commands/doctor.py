@@ -10,7 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from profinfer_perfetto.capture.counters import HARDWARE_COUNTERS, SOFTWARE_COUNTERS, counter_opens
+from profinfer_perfetto.capture.counters import (
+    HARDWARE_COUNTERS,
+    SOFTWARE_COUNTERS,
+    counter_opens,
+    pmu_events,
+)
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import describe, read_ggml_info
 from profinfer_perfetto.capture.target import objects_of_file, objects_of_process
@@ -52,6 +57,7 @@ def checks() -> list[Check]:
         tp_bin, tp_source = find_trace_processor()
     except ProfinferError as exc:
         tp_bin, tp_source = None, str(exc)
+    named = [f"{pmu}/{event}/" for pmu, events in pmu_events().items() for event in events]
     sw = [c for c in SOFTWARE_COUNTERS if counter_opens(c)]
     hw = [c for c in HARDWARE_COUNTERS if counter_opens(c)]
     table: list[tuple[str, Callable[[], bool], str, str, bool]] = [
@@ -74,6 +80,10 @@ def checks() -> list[Check]:
          "perf events are disabled in this kernel", True),
         ("hardware counters", lambda: bool(hw), ", ".join(hw) or "none (no PMU on this machine)",
          "a machine or VM that exposes its PMU", False),
+        ("PMU events", lambda: bool(named), f"{len(named)} by name for --counter PMU/EVENT/"
+         + (f": {', '.join(named[:6])}{', ...' if len(named) > 6 else ''}" if named else ""),
+         "a machine or VM whose PMUs name their events in /sys/bus/event_source/devices",
+         False),
         ("trace_processor", lambda: tp_bin is not None, tp_source,
          f"set {TP_BIN_ENV} to a trace_processor_shell binary (queries use the built-in "
          "engine without one)", False),

@@ -56,3 +56,9 @@ def test_bad_events_are_one_sentence(pmus: Path, spec: str, said: str) -> None:
     with pytest.raises(ProfinferError) as err:
         counter_config(spec)
     assert said in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_pmus_and_their_named_events(pmus: Path) -> None:
+    (pmus / "software").mkdir()
+    (pmus / "software" / "type").write_text("1\n")
+    assert counters.pmu_events() == {"cpu": ["mem-loads", "topdown-be"], "software": []}
