@@ -22,6 +22,8 @@ capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the
         size, and the same run with tiny rings, where events are lost and counted.
 encoding  packets/s and bytes per op writing a real recording's trace, against a naive writer
         that serializes one official perfetto_trace_pb2 packet per event without args.
+power   the gate against real slowdowns of one op class: medium-llama variants whose ffn_down
+        is F16 in 3 or 1 of 24 layers, 20 runs each against three runs of medium-llama.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
         Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
         on Gemma-3-270M; and the `roofline` verdicts of Gemma-3-270M's decode matmuls recorded
@@ -180,6 +182,47 @@ def bench_check_false_positives(runs: int = 23, pooled: int = 3, hogged: int = 5
             hog.wait()
         results[f"{key}, busy loop on CPU {last}, baseline {pooled} runs"] = summary(
             [flagged(t, str(pool)) for t in hogged_traces])
+    return results
+
+
+def bench_check_power(runs: int = 20, pooled: int = 3) -> dict[str, Any]:
+    """The gate against real slowdowns of one op class: medium-llama at 2 threads as the
+    baseline (`pooled` runs), checked with the default rules against `runs` runs of each
+    variant whose ffn_down is F16 in some layers (scripts/make_models.py medium-llama-downN),
+    and against `runs` more of medium-llama itself."""
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="profinfer-power-"))
+    cli = [sys.executable, "-m", "profinfer_perfetto"]
+    variants = ("medium-llama-down3", "medium-llama-down1")
+    subprocess.run([sys.executable, str(HERE.parent / "scripts" / "make_models.py"),
+                    str(assets.MODELS), "--only", *variants], check=True, capture_output=True)
+    base = record_runs([*cli, "record"], completion("medium-llama", 32, 2),
+                       folder / "base", pooled)
+    pool = folder / "base.json"
+    subprocess.run([*cli, "query", *map(str, base), "--save-baseline", str(pool), "--engine",
+                    "builtin"], check=True, capture_output=True)
+    results: dict[str, Any] = {}
+    for model in ("medium-llama", *variants):
+        verdicts = []
+        for trace in record_runs([*cli, "record"], completion(model, 32, 2), folder / model,
+                                 runs):
+            proc = subprocess.run([*cli, "check", str(trace), "--baseline", str(pool),
+                                   "--format", "json", "--engine", "builtin"],
+                                  capture_output=True, text=True)
+            verdicts.append({v["key"]: v for v in json.loads(proc.stdout)["verdicts"]})
+        down = [v.get("share/decode/MUL_MAT/ffn_down", {}) for v in verdicts]
+        results[f"{model} t2 against medium-llama, baseline {pooled} runs"] = {
+            "checks": len(verdicts),
+            "flagged_runs": sum(any(x["verdict"] == "regression" for x in v.values())
+                                for v in verdicts),
+            "ffn_down_share_flagged": sum(d.get("verdict") == "regression" for d in down),
+            "ffn_down_share_change": round(float(np.median([d.get("change", 0.0)
+                                                            for d in down])), 4),
+            "step_change": round(float(np.median([v["step/decode"].get("change", 0.0)
+                                                  for v in verdicts])), 4),
+        }
     return results
 
 
@@ -499,6 +542,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "encoding": bench_encoding,
     "query": bench_query,
     "check": bench_check_false_positives,
+    "power": bench_check_power,
     "calibrate": bench_calibrate,
 }
 
@@ -572,6 +616,13 @@ def markdown(results: dict[str, Any]) -> str:
                         [[r["role"], r["dtype"], str(r["intensity"]), str(r["ridge"]),
                           str(r["gbyte_per_s"]), str(r["roof_share"]), r["verdict"]]
                          for r in c["decode_matmuls"]])
+    if "power" in results:
+        lines += _table(["check power (real slowdowns of ffn_down)", "checks", "runs flagged",
+                         "ffn_down share flagged", "ffn_down share change (median)",
+                         "step change (median)"],
+                        [[name, str(r["checks"]), str(r["flagged_runs"]),
+                          str(r["ffn_down_share_flagged"]), f"{r['ffn_down_share_change']:+.1%}",
+                          f"{r['step_change']:+.1%}"] for name, r in results["power"].items()])
     if "check" in results:
         lines += _table(["check false positives (same run recorded again)", "checks",
                          "runs flagged", "keys flagged / decided"],
