@@ -201,8 +201,9 @@ def bench_check_power(runs: int = 20, pooled: int = 3) -> dict[str, Any]:
     base = record_runs([*cli, "record"], completion("medium-llama", 32, 2),
                        folder / "base", pooled)
     pool = folder / "base.json"
-    subprocess.run([*cli, "query", *map(str, base), "--save-baseline", str(pool), "--engine",
-                    "builtin"], check=True, capture_output=True)
+    subprocess.run([*cli, "query", str(folder / f"base-[0-{len(base) - 1}].pftrace"),
+                    "--save-baseline", str(pool), "--engine", "builtin"], check=True,
+                   capture_output=True)
     results: dict[str, Any] = {}
     for model in ("medium-llama", *variants):
         verdicts = []
@@ -212,13 +213,14 @@ def bench_check_power(runs: int = 20, pooled: int = 3) -> dict[str, Any]:
                                    "--format", "json", "--engine", "builtin"],
                                   capture_output=True, text=True)
             verdicts.append({v["key"]: v for v in json.loads(proc.stdout)["verdicts"]})
-        down = [v.get("share/decode/MUL_MAT/ffn_down", {}) for v in verdicts]
+        # ffn_down's tensor is named ffn_out in the graph, and so is its role.
+        down = [v.get("share/decode/MUL_MAT/ffn_out", {}) for v in verdicts]
         results[f"{model} t2 against medium-llama, baseline {pooled} runs"] = {
             "checks": len(verdicts),
             "flagged_runs": sum(any(x["verdict"] == "regression" for x in v.values())
                                 for v in verdicts),
-            "ffn_down_share_flagged": sum(d.get("verdict") == "regression" for d in down),
-            "ffn_down_share_change": round(float(np.median([d.get("change", 0.0)
+            "ffn_out_share_flagged": sum(d.get("verdict") == "regression" for d in down),
+            "ffn_out_share_change": round(float(np.median([d.get("change", 0.0)
                                                             for d in down])), 4),
             "step_change": round(float(np.median([v["step/decode"].get("change", 0.0)
                                                   for v in verdicts])), 4),
@@ -618,10 +620,10 @@ def markdown(results: dict[str, Any]) -> str:
                          for r in c["decode_matmuls"]])
     if "power" in results:
         lines += _table(["check power (real slowdowns of ffn_down)", "checks", "runs flagged",
-                         "ffn_down share flagged", "ffn_down share change (median)",
+                         "ffn_out share flagged", "ffn_out share change (median)",
                          "step change (median)"],
                         [[name, str(r["checks"]), str(r["flagged_runs"]),
-                          str(r["ffn_down_share_flagged"]), f"{r['ffn_down_share_change']:+.1%}",
+                          str(r["ffn_out_share_flagged"]), f"{r['ffn_out_share_change']:+.1%}",
                           f"{r['step_change']:+.1%}"] for name, r in results["power"].items()])
     if "check" in results:
         lines += _table(["check false positives (same run recorded again)", "checks",

@@ -35,8 +35,9 @@ class Trend:
         return worse > self.limit
 
 
-MIN_HISTORY = 3
-"""Baseline runs a drift is told from: with fewer, the trend is the change itself."""
+MIN_HISTORY = 5
+"""Baseline runs a drift is told from: with fewer, the trend is mostly the candidate's own
+change (three pooled runs and a candidate 25 % off read as a drift of 30 %)."""
 
 
 def trends(result: CheckResult, base: Baseline) -> list[Trend]:
