@@ -22,6 +22,9 @@ capacity  the op-event rate of the fastest target (tiny-llama, 2 threads) at the
         size, and the same run with tiny rings, where events are lost and counted.
 encoding  packets/s and bytes per op writing a real recording's trace, against a naive writer
         that serializes one official perfetto_trace_pb2 packet per event without args.
+writer  the streamed writer's CPU per event (what `record --stream` spends beside the target):
+        a real recording (Gemma-3-270M, 320 tokens, 2 threads) fed to the writer as 100 ms
+        drains would bring it, in the recorder's process, timed by process CPU time.
 power   the gate against real slowdowns of one op class: medium-llama variants whose ffn_down
         is F16 in 3 or 1 of 24 layers, 20 runs each against three runs of medium-llama.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
@@ -45,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from profinfer_perfetto.capture.events import Kind
-from profinfer_perfetto.capture.recorder import Recording, RecordRequest, plan, record
+from profinfer_perfetto.capture.events import SCHED, Kind
+from profinfer_perfetto.capture.recorder import Drained, Recording, RecordRequest, plan, record
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.encode.stream import TraceStream
 from profinfer_perfetto.machine.peaks import Peak, PeakKind, compute_peaks, memory_peak
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.names import PROBE_ARG_PREFIX
@@ -461,6 +465,38 @@ def bench_capacity() -> dict[str, Any]:
     return results
 
 
+def _drains(rec: Recording, every_ns: int = 100_000_000) -> list[Drained]:
+    """The recording's records as drains every `every_ns` would have brought them."""
+    def part(records: np.ndarray, a: int) -> np.ndarray:
+        picked: np.ndarray = records[(records["ts"] >= a) & (records["ts"] < a + every_ns)]
+        return picked
+
+    starts = range(rec.run.begin_ns, rec.run.end_ns + 1, every_ns)
+    return [Drained(part(rec.events, a), part(rec.nodes, a), part(rec.routes, a),
+                    part(rec.batches, a), np.empty(0, SCHED)) for a in starts]
+
+
+def bench_writer(tokens: int = 320, rounds: int = 3) -> dict[str, Any]:
+    request = RecordRequest(command=completion("gemma-3-270m", tokens, 2))
+    rec = record(request, plan(request))
+    drains = _drains(rec)
+    cpu = []
+    out = CACHE / "writer.pftrace"
+    for _ in range(rounds):
+        start = time.process_time()
+        stream = TraceStream(out)
+        for drained in drains:
+            stream(drained, rec.run)
+        stream.finish(rec)
+        cpu.append(time.process_time() - start)
+    events = len(rec.events)
+    best = min(cpu)
+    return {"events": events, "cpu_s": [round(c, 3) for c in cpu],
+            "us_per_event": round(best / events * 1e6, 2),
+            "events_per_cpu_s": round(events / best),
+            "bytes_per_event": round(out.stat().st_size / events, 2)}
+
+
 def bench_encoding() -> dict[str, Any]:
     import io
 
@@ -542,6 +578,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "steps": bench_traced_steps,
     "capacity": bench_capacity,
     "encoding": bench_encoding,
+    "writer": bench_writer,
     "query": bench_query,
     "check": bench_check_false_positives,
     "power": bench_check_power,
@@ -600,13 +637,21 @@ def markdown(results: dict[str, Any]) -> str:
     if "encoding" in results:
         e = results["encoding"]
         lines += _table(["encoding (medium-llama, 32 tokens)", "packets/s", "bytes"],
-                        [["profinfer-perfetto (args, flows, counters; zlib chunks)",
+                        [["profinfer-perfetto (args, flows, counters; deflated chunks)",
                           str(e["ours_packets_per_s"]),
                           f"{e['ours_bytes_per_op']} per op slice, "
                           f"{e['ours_bytes_per_event']} per recorded event"],
                          ["naive per-event perfetto_trace_pb2, no args",
                           str(e["naive_packets_per_s"]),
                           f"{e['naive_bytes_per_packet']} per packet"]])
+    if "writer" in results:
+        w = results["writer"]
+        lines += _table(["streamed writer (Gemma-3-270M, 320 tokens, 2 threads, 100 ms drains)",
+                         "events", "CPU us per event (best of 3)", "events per CPU s",
+                         "bytes per event"],
+                        [["model, layout, encode, deflate", str(w["events"]),
+                          str(w["us_per_event"]), str(w["events_per_cpu_s"]),
+                          str(w["bytes_per_event"])]])
     if "calibrate" in results:
         c = results["calibrate"]
         lines += _table(["calibrate: memory roof", "calibrate GB/s", "STREAM-like C GB/s",

@@ -65,20 +65,25 @@ fetch_llama() {  # fetch_llama VERSION DIR: the sdist's vendored llama.cpp in DI
     cp -a "$tmp"/llama_cpp_python-*/vendor/llama.cpp/. "$src/"
     rm -rf "$tmp"
 }
+# Native builds, but without AMX: ggml's AMX matmul kernels fault on CPUs that advertise AMX
+# to a VM (seen here: a general protection fault in ldtilecfg, then SIGSEGV, in every run).
+export CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" CXXFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 build_llama() {  # build_llama DIR NAME BUILD_SHARED_LIBS "CMAKE FLAGS" NICENESS JOBS TARGET...
-    local root=$1 name=$2 shared=$3 niceness=$5 jobs=$6 flags
+    local root=$1 name=$2 shared=$3 niceness=$5 jobs=$6 flags made_with="$4 CXXFLAGS=$CXXFLAGS"
     read -ra flags <<<"$4"
     shift 6
     local dir="$root/build-$name" target built=1
     for target in "$@"; do [ -x "$dir/bin/$target" ] || built=0; done
-    if ((built)) && [ -f "$dir/.complete" ]; then return; fi
+    # .complete holds the flags the build was made with: other flags build it again.
+    if ((built)) && [ "$(cat "$dir/.complete" 2>/dev/null)" = "$made_with" ]; then return; fi
+    rm -rf "$dir"
     log "building llama.cpp in $dir ($*); takes minutes, once"
     nice -n "$niceness" cmake -S "$root/src" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS="$shared" "${flags[@]}" >"$dir.log" 2>&1 \
         || { tail -n 20 "$dir.log"; exit 1; }
     nice -n "$niceness" cmake --build "$dir" -j "$jobs" --target "$@" >>"$dir.log" 2>&1 \
         || { tail -n 20 "$dir.log"; exit 1; }
-    touch "$dir/.complete"
+    printf '%s' "$made_with" >"$dir/.complete"
 }
 fetch_llama "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_DIR"
 build_llama "$LLAMA_DIR" shared ON "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" \

@@ -36,6 +36,11 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
             emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                   "args": {"name": track.name}})
 
+    flows_out: dict[int, list[int]] = {}
+    flows_in: dict[int, list[int]] = {}
+    for flow, out_row, in_row in layout.flows.tolist():
+        flows_out.setdefault(out_row, []).append(flow)
+        flows_in.setdefault(in_row, []).append(flow)
     rows = zip(layout.ts.tolist(), layout.type.tolist(), layout.track.tolist(),
                layout.name.tolist(), layout.args.tolist(), layout.value.tolist(),
                layout.counter_track.tolist(), layout.counter_value.tolist(),
@@ -59,10 +64,10 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
         if typ == EventType.INSTANT:
             event["s"] = "t"
         emit(event)
-        for flow in layout.flows_out.get(row, ()):
+        for flow in flows_out.get(row, ()):
             emit({"ph": "s", "id": flow, "name": "dag", "cat": "dag", "pid": pid, "tid": tid,
                   "ts": us})
-        for flow in layout.flows_in.get(row, ()):
+        for flow in flows_in.get(row, ()):
             emit({"ph": "f", "bp": "e", "id": flow, "name": "dag", "cat": "dag", "pid": pid,
                   "tid": tid, "ts": us})
         for counter_track, v in zip(counter_tracks, counter_values, strict=True):

@@ -10,14 +10,15 @@ Each event sequence starts with a packet that clears its state and sets what its
 leave out: the interned names, a sequence-scoped incremental clock (a clock snapshot against
 CLOCK_BOOTTIME, so each event's timestamp is the delta from the sequence's previous one) and
 TrackEvent defaults (the thread's track and its counter tracks). Events follow in time order,
-rendered with numpy and written in zlib chunks (`compressed_packets`), which trace_processor and
-ui.perfetto.dev expand on load.
+rendered with numpy and written in deflated chunks (`compressed_packets`), which trace_processor
+and ui.perfetto.dev expand on load. A run written in parts (a streamed capture) goes on with the
+same sequences from part to part: a part's first packet on a sequence carries only the names
+interned since, and its clock counts on (new sequences when the layout's tables start over).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import IO
 import numpy as np
 
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
+from profinfer_perfetto.encode.deflate import compress
 from profinfer_perfetto.encode.sched import sched_packets
 from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
@@ -37,7 +39,6 @@ INCREMENTAL_CLOCK = 64
 """The first sequence-scoped clock id."""
 CHUNK_ROWS = 32768
 """Events per compressed packet (about 0.5 to 1 MiB before compression)."""
-COMPRESSION_LEVEL = 6
 
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -67,14 +68,29 @@ def _packet(out: IO[bytes], packet: pb.TracePacket) -> None:
     out.write(field(_PACKET, packet.SerializeToString()))
 
 
-@dataclass
 class _Interned:
-    """Interned ids of annotation names and string values, in order of first use (an event
-    name's iid is its index in the layout's strings + 1), and each annotation serialized once."""
+    """What the event sequences of a trace written in parts intern: the layout's strings (event
+    name iid = index + 1) and, in order of first use, annotation names and string values, so the
+    entries a sequence has not seen yet are a tail of each; and each arg set serialized once."""
 
-    names: dict[str, int]
-    values: dict[str, int]
-    annotations: dict[tuple[str, type, ArgValue], bytes]
+    def __init__(self, generation: int = 0) -> None:
+        self.generation = generation
+        """Of the layout tables the iids are for."""
+        self.event_names: list[str] = []
+        self.names: dict[str, int] = {}
+        self.values: dict[str, int] = {}
+        self.annotations: dict[tuple[str, type, ArgValue], bytes] = {}
+        self.blobs: list[bytes] = []
+        """Each arg set of the layout tables, serialized."""
+
+    def name(self, key: str) -> int:
+        return self.names.setdefault(key, len(self.names) + 1)
+
+    def add(self, layout: Layout) -> None:
+        """What the layout adds to its tables."""
+        self.event_names = layout.strings
+        for args in layout.arg_sets[len(self.blobs):]:
+            self.blobs.append(b"".join(self.annotation(k, v) for k, v in args))
 
     def annotation(self, key: str, value: ArgValue) -> bytes:
         """A debug annotation field; one `key: value` pair is serialized once."""
@@ -84,7 +100,7 @@ class _Interned:
         return known
 
     def _serialize(self, key: str, value: ArgValue) -> bytes:
-        a = pb.DebugAnnotation(name_iid=self.names.setdefault(key, len(self.names) + 1))
+        a = pb.DebugAnnotation(name_iid=self.name(key))
         if isinstance(value, bool):
             a.bool_value = value
         elif isinstance(value, int):
@@ -95,56 +111,126 @@ class _Interned:
             a.string_value_iid = self.values.setdefault(value, len(self.values) + 1)
         return field(_ANNOTATION, a.SerializeToString())
 
-    def fill(self, data: pb.InternedData, strings: list[str]) -> None:
-        for i, s in enumerate(strings, start=1):
-            data.event_names.add(iid=i, name=s)
+    def seen(self) -> tuple[int, int, int]:
+        return len(self.event_names), len(self.names), len(self.values)
+
+    def fill(self, data: pb.InternedData, since: tuple[int, int, int]) -> None:
+        """The entries added after a sequence saw `since` (counts of each kind)."""
+        for iid, name in enumerate(self.event_names[since[0]:], start=since[0] + 1):
+            data.event_names.add(iid=iid, name=name)
         for key, iid in self.names.items():
-            data.debug_annotation_names.add(iid=iid, name=key)
+            if iid > since[1]:
+                data.debug_annotation_names.add(iid=iid, name=key)
         for value, iid in self.values.items():
-            data.debug_annotation_string_values.add(iid=iid, str=value.encode())
+            if iid > since[2]:
+                data.debug_annotation_string_values.add(iid=iid, str=value.encode())
+
+
+@dataclass
+class _Sequence:
+    """A packet sequence of a trace written in parts: the tracks its events default to, the
+    interned entries it has seen and its incremental clock's last value."""
+
+    id: int
+    defaults: tuple[int, ...]
+    """The uuid of its events' track (0: none), then its counter tracks' uuids."""
+    seen: tuple[int, int, int] = (0, 0, 0)
+    last_ts: int = 0
+    fresh: bool = True
+    """Nothing is written on it yet."""
 
 
 @dataclass
 class Written:
     """What a trace written in parts (`write_perfetto` called per chunk of a run) already holds:
-    the tracks it described and the packet sequences it used."""
+    the tracks it described, its packet sequences and what they interned, so that a chunk writes
+    only what is new: each event sequence (the non-thread tracks', each thread's) goes on from
+    chunk to chunk, its clock counting on and its interned entries growing."""
 
     described: set[int] = dataclasses.field(default_factory=set)
     next_sequence: int = GLOBAL_SEQUENCE
     sched_sequence: int = 0
     """The sequence of the scheduling data (0: none written yet)."""
+    interned: _Interned = dataclasses.field(default_factory=_Interned)
+    sequences: dict[int, _Sequence] = dataclasses.field(default_factory=dict)
+    """By the uuid of the track the sequence is for (0: the non-thread tracks)."""
+
+    def sequence(self, track_uuid: int, defaults: tuple[int, ...]) -> _Sequence:
+        """The sequence of a track's events; a new one where its defaults changed."""
+        seq = self.sequences.get(track_uuid)
+        if seq is None or seq.defaults != defaults:
+            seq = self.sequences[track_uuid] = _Sequence(self.next_sequence, defaults)
+            self.next_sequence += 1
+        return seq
+
+    def start_over(self, generation: int) -> None:
+        """Forget what was interned: events go on new sequences (trace_processor v58.2 counts
+        a second snapshot of a sequence's clock as an invalid clock snapshot, even where the
+        sequence cleared its state before it)."""
+        self.interned = _Interned(generation)
+        self.sequences.clear()
 
 
 class _Sequences:
     """Which sequence each track's events go to, and each sequence's default tracks: the
-    non-thread tracks' sequence is `first`, the threads' follow."""
+    non-thread tracks' sequence, then one per thread."""
 
-    def __init__(self, layout: Layout, first: int) -> None:
+    def __init__(self, layout: Layout, written: Written) -> None:
+        uuids = [t.uuid for t in layout.tracks]
         n = len(layout.tracks)
-        self.of_track = np.full(n, first, np.int64)
-        self.default_track: dict[int, int] = {first: -1}
-        self.counter_tracks: dict[int, list[int]] = {first: []}
-        threads = [i for i, t in enumerate(layout.tracks) if t.kind == TrackKind.THREAD]
-        for seq, track in enumerate(threads, start=first + 1):
-            self.of_track[track] = seq
-            self.default_track[seq] = track
-            tid = layout.tracks[track].tid
-            self.counter_tracks[seq] = [i for i, t in enumerate(layout.tracks)
-                                        if t.kind == TrackKind.COUNTER and t.tid == tid]
+        shared = written.sequence(0, (0,))
+        self.of_track = np.full(n, shared.id, np.int64)
+        self.used: list[tuple[_Sequence, int]] = [(shared, -1)]
+        """Each sequence with its default track's index (-1: none)."""
+        for track, t in enumerate(layout.tracks):
+            if t.kind != TrackKind.THREAD:
+                continue
+            counters = [uuids[i] for i, c in enumerate(layout.tracks)
+                        if c.kind == TrackKind.COUNTER and c.tid == t.tid]
+            seq = written.sequence(t.uuid, (t.uuid, *counters))
+            self.of_track[track] = seq.id
+            self.used.append((seq, track))
+
+
+def _head(seq: _Sequence, interned: _Interned, t0: int) -> pb.TracePacket | None:
+    """A chunk's first packet on a sequence: on a new sequence, one that clears its state and
+    sets what its events leave out (the incremental clock, from t0; the default tracks; every
+    interned entry); else the entries interned since it last had some, if any."""
+    seen = interned.seen()
+    if not seq.fresh and seen == seq.seen:
+        return None
+    packet = pb.TracePacket(trusted_packet_sequence_id=seq.id, timestamp=t0,
+                            timestamp_clock_id=_BOOTTIME, sequence_flags=_NEEDS)
+    if seq.fresh:
+        packet.first_packet_on_sequence = True
+        packet.previous_packet_dropped = 1
+        packet.sequence_flags = _CLEARED | _NEEDS
+        packet.clock_snapshot.clocks.add(clock_id=_BOOTTIME, timestamp=t0)
+        packet.clock_snapshot.clocks.add(clock_id=INCREMENTAL_CLOCK, timestamp=t0,
+                                         is_incremental=True)
+        defaults = packet.trace_packet_defaults
+        defaults.timestamp_clock_id = INCREMENTAL_CLOCK
+        if seq.defaults[0]:
+            defaults.track_event_defaults.track_uuid = seq.defaults[0]
+            defaults.track_event_defaults.extra_counter_track_uuids.extend(seq.defaults[1:])
+        seq.fresh, seq.last_ts = False, t0
+    interned.fill(packet.interned_data, seq.seen)
+    seq.seen = seen
+    return packet
 
 
 def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = None) -> int:
     """Write the trace of a layout; returns the number of packets (compressed ones counted
     each). With `written`, the layout continues a trace written before (a chunk of a streamed
-    run): tracks described before are not described again, and its events go on sequences of
-    their own."""
+    run): tracks described before are not described again, and its events go on the sequences
+    of the chunks before, with only what they have not interned yet."""
     written = written or Written()
-    interned = _Interned({}, {}, {})
-    arg_blobs = [b"".join(interned.annotation(k, v) for k, v in args) for args in layout.arg_sets]
-    counter_iids = [interned.names.setdefault(counter_arg(c), len(interned.names) + 1)
-                    for c in layout.counter_names]
-    sequences = _Sequences(layout, written.next_sequence)
-    written.next_sequence = max(sequences.default_track) + 1
+    if written.interned.generation != layout.generation:  # the layout's tables started over
+        written.start_over(layout.generation)
+    interned = written.interned
+    interned.add(layout)
+    counter_iids = [interned.name(counter_arg(c)) for c in layout.counter_names]
+    sequences = _Sequences(layout, written)
     t0 = int(layout.ts[0]) if len(layout) else 0
 
     new = [t for t in layout.tracks if t.uuid not in written.described]
@@ -157,33 +243,19 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
             packet.sequence_flags = _CLEARED
         written.described.add(described.uuid)
         _packet(out, packet)
-    uuids = np.array([t.uuid for t in layout.tracks], np.int64)
-    for seq, track in sequences.default_track.items():
-        first = pb.TracePacket(
-            trusted_packet_sequence_id=seq, first_packet_on_sequence=True,
-            previous_packet_dropped=1, sequence_flags=_CLEARED | _NEEDS,
-            timestamp=t0, timestamp_clock_id=_BOOTTIME)
-        first.clock_snapshot.clocks.add(clock_id=_BOOTTIME, timestamp=t0)
-        first.clock_snapshot.clocks.add(clock_id=INCREMENTAL_CLOCK, timestamp=t0,
-                                        is_incremental=True)
-        defaults = first.trace_packet_defaults
-        defaults.timestamp_clock_id = INCREMENTAL_CLOCK
-        if track >= 0:
-            defaults.track_event_defaults.track_uuid = int(uuids[track])
-            defaults.track_event_defaults.extra_counter_track_uuids.extend(
-                int(uuids[c]) for c in sequences.counter_tracks[seq])
-        interned.fill(first.interned_data, layout.strings)
-        _packet(out, first)
-    heads = len(new) + len(sequences.default_track)
+    heads = [head for seq, _ in sequences.used if (head := _head(seq, interned, t0)) is not None]
+    for head in heads:
+        _packet(out, head)
 
-    events = _Events(layout, sequences, uuids, arg_blobs, counter_iids, t0)
+    uuids = np.array([t.uuid for t in layout.tracks], np.int64)
+    events = _Events(layout, sequences, uuids, interned.blobs, counter_iids)
     if len(layout) <= CHUNK_ROWS:  # one packet (a streamed chunk, mostly): no pool to start
         if len(layout):
-            data = zlib.compress(events.render(0, len(layout)), COMPRESSION_LEVEL)
+            data = compress(events.render(0, len(layout)))
             out.write(field(_PACKET, field(_COMPRESSED, data)))
     else:
         _compressed_in_turn(events, len(layout), out)
-    count = heads + len(layout)
+    count = len(new) + len(heads) + len(layout)
     if layout.sched is not None:
         opening = not written.sched_sequence
         if opening:
@@ -200,27 +272,44 @@ class _Events:
     """The event packets of a layout, rendered a range of rows at a time."""
 
     def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray,
-                 arg_blobs: list[bytes], counter_iids: list[int], t0: int) -> None:
+                 arg_blobs: list[bytes], counter_iids: list[int]) -> None:
         self.layout = layout
         self.seq = sequences.of_track[layout.track]
-        default = np.full(max(sequences.default_track) + 1, -1, np.int64)
-        default[list(sequences.default_track)] = list(sequences.default_track.values())
+        size = max(seq.id for seq, _ in sequences.used) + 1
+        default = np.full(size, -1, np.int64)
+        last = np.zeros(size, np.int64)
+        for seq, track in sequences.used:
+            default[seq.id], last[seq.id] = track, seq.last_ts
         self.own_track = layout.track != default[self.seq]
         self.uuid_of = uuids
         self.uuid = uuids[layout.track]
-        # Each event's timestamp as the delta from the previous one on its sequence.
+        # Each event's timestamp as the delta from the previous one on its sequence (from the
+        # sequence's last one for the first).
         order = np.argsort(self.seq, kind="stable")
-        ts = layout.ts[order]
-        previous = np.concatenate([[t0], ts[:-1]])
-        previous[np.flatnonzero(np.diff(self.seq[order], prepend=-1))] = t0
+        ts = layout.ts[order].astype(np.int64)
+        seq = self.seq[order]
+        first = np.flatnonzero(np.diff(seq, prepend=-1))
+        previous = np.concatenate([[0], ts[:-1]])
+        previous[first] = last[seq[first]]
         self.delta = np.empty_like(ts)
         self.delta[order] = ts - previous
-        self.arg_source = np.frombuffer(b"".join(arg_blobs), np.uint8)
-        self.arg_size = np.array([len(b) for b in arg_blobs], np.int64)
-        self.arg_start = np.cumsum(self.arg_size) - self.arg_size
+        ends = np.append(first[1:], len(seq)) - 1
+        for seq_state, _ in sequences.used:
+            at = np.searchsorted(seq[ends], seq_state.id) if len(seq) else 0
+            if at < len(ends) and seq[ends[at]] == seq_state.id:
+                seq_state.last_ts = int(ts[ends[at]])
+        # The serialized arg sets this layout uses, back to back.
+        used = np.unique(layout.args[layout.args >= 0])
+        blobs = [arg_blobs[i] for i in used.tolist()]
+        self.arg_source = np.frombuffer(b"".join(blobs), np.uint8)
+        self.arg_size = np.zeros(len(arg_blobs), np.int64)
+        self.arg_size[used] = [len(b) for b in blobs]
+        self.arg_start = np.zeros(len(arg_blobs), np.int64)
+        self.arg_start[used] = np.cumsum(self.arg_size[used]) - self.arg_size[used]
         self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE for iid in counter_iids]
-        self.flows = [_flow_table(layout.flows_out, _FLOW_ID, len(layout)),
-                      _flow_table(layout.flows_in, _TERMINATING_FLOW_ID, len(layout))]
+        self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, 1], _FLOW_ID, len(layout)),
+                      _flow_table(layout.flows[:, 0], layout.flows[:, 2], _TERMINATING_FLOW_ID,
+                                  len(layout))]
 
     def render(self, a: int, b: int) -> bytes:
         lay = self.layout
@@ -271,24 +360,25 @@ class _Events:
 
 
 def _compressed_in_turn(events: _Events, rows: int, out: IO[bytes]) -> None:
-    """The event packets in compressed chunks, zlib working without the GIL beside the
+    """The event packets in compressed chunks, deflate working without the GIL beside the
     rendering of the next chunk."""
     pending: deque[Future[bytes]] = deque()
     with ThreadPoolExecutor(2) as pool:
         for start in range(0, rows, CHUNK_ROWS):
             chunk = events.render(start, min(start + CHUNK_ROWS, rows))
-            pending.append(pool.submit(zlib.compress, chunk, COMPRESSION_LEVEL))
+            pending.append(pool.submit(compress, chunk))
             while pending and (len(pending) > 2 or start + CHUNK_ROWS >= rows):
                 out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
 
 
-def _flow_table(flows: dict[int, list[int]], flow_tag: bytes,
+def _flow_table(flow_ids: np.ndarray, at: np.ndarray, flow_tag: bytes,
                 rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The flow id fields of every row, back to back in row order; each row's start and size."""
-    ids = np.array([f for r in sorted(flows) for f in flows[r]], np.uint64)
+    """The flow id fields of every row (each flow at row `at`), back to back in row order, by
+    id within a row; each row's start and size."""
+    order = np.lexsort((flow_ids, at))
+    ids = flow_ids[order].astype(np.uint64)
     entry = len(flow_tag) + 8
-    size = np.zeros(rows, np.int64)
-    size[list(flows)] = [len(f) * entry for f in flows.values()]
+    size = np.bincount(at, minlength=rows).astype(np.int64) * entry
     head = np.broadcast_to(np.frombuffer(flow_tag, np.uint8), (len(ids), len(flow_tag)))
     source = np.hstack([head, ids.astype("<u8").view(np.uint8).reshape(-1, 8)]).ravel()
     return source, np.cumsum(size) - size, size

@@ -33,7 +33,7 @@ from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.chunks import Chunk, Chunker
-from profinfer_perfetto.model.layout import Descriptions, build_layout
+from profinfer_perfetto.model.layout import Tables, build_layout
 from profinfer_perfetto.model.totals import RunTotals
 from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
 
@@ -74,7 +74,7 @@ class TraceStream:
         """The number of the file being written."""
         self.chunker = Chunker()
         self.cont = Continuation(final=False)
-        self.descriptions: Descriptions = {}
+        self.tables = Tables()
         self.tasks: dict[int, Task] = {}
         self.programs: dict[int, str] = {}
         self.totals = RunTotals()
@@ -190,7 +190,7 @@ class TraceStream:
                               sched, chunk.batches)
         model = build(recording, replace(self.cont, final=final))
         out = io.BytesIO()
-        packets = write_perfetto(build_layout(model, self.descriptions), out, self.written)
+        packets = write_perfetto(build_layout(model, self.tables), out, self.written)
         try:
             _write_all(self.fd, out.getbuffer())
         except OSError as exc:

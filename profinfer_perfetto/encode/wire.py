@@ -39,18 +39,21 @@ def field(field_tag: bytes, body: bytes) -> bytes:
     return field_tag + varint(len(body)) + body
 
 
-def varints(values: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    """Each value as a varint: a (n, 10) byte matrix, left-aligned, and each one's length."""
+def varints(values: npt.ArrayLike, prefix: bytes = b"") -> tuple[np.ndarray, np.ndarray]:
+    """Each value as a varint after `prefix` (a field's tag): a byte matrix, one row a value,
+    left-aligned and as wide as the widest needs, and each row's length."""
     rest = np.asarray(values).astype(np.int64).view(np.uint64).copy()
-    out = np.zeros((len(rest), 10), np.uint8)
-    length = np.ones(len(rest), np.int64)
-    for i in range(10):
+    top = int(rest.max()) if len(rest) else 0
+    width = max(1, -(-top.bit_length() // 7))
+    head = len(prefix)
+    out = np.empty((len(rest), head + width), np.uint8)
+    out[:, :head] = np.frombuffer(prefix, np.uint8)
+    length = np.full(len(rest), head + 1, np.int64)
+    for i in range(head, head + width):
         low = (rest & np.uint64(0x7F)).astype(np.uint8)
         rest >>= np.uint64(7)
         more = rest != 0
-        out[:, i] = low | (more.astype(np.uint8) << 7)
-        if not more.any():
-            break
+        out[:, i] = low | (more.view(np.uint8) << 7)
         length += more
     return out, length
 
@@ -87,10 +90,7 @@ class Pieces:
     def varint(self, field_tag: bytes, values: npt.ArrayLike, on: npt.ArrayLike = True,
                front: bool = False) -> None:
         """A varint field (no tag for b"")."""
-        matrix, length = varints(np.broadcast_to(np.asarray(values), self.rows))
-        if field_tag:
-            head = np.broadcast_to(np.frombuffer(field_tag, np.uint8), (self.rows, len(field_tag)))
-            matrix, length = np.hstack([head, matrix]), length + len(field_tag)
+        matrix, length = varints(np.broadcast_to(np.asarray(values), self.rows), field_tag)
         width = matrix.shape[1]
         self.add(matrix.ravel(), np.arange(self.rows) * width, np.where(on, length, 0), front)
 
@@ -113,13 +113,16 @@ class Pieces:
         """All rows' bytes back to back, and where each row ends."""
         bases = np.cumsum([0] + [len(p[0]) for p in self._pieces[:-1]])
         source = np.concatenate([p[0] for p in self._pieces])
-        start = np.empty((self.rows, len(self._pieces)), np.int32)
-        length = np.empty((self.rows, len(self._pieces)), np.int32)
+        # Piece by piece (contiguous writes), then row by row: each byte's place in `source`.
+        start = np.empty((len(self._pieces), self.rows), np.int32)
+        length = np.empty((len(self._pieces), self.rows), np.int32)
         for i, (p, base) in enumerate(zip(self._pieces, bases, strict=True)):
-            start[:, i] = p[1] + base
-            length[:, i] = p[2]
-        seg_length = length.ravel()
-        seg_shift = start.ravel() - (np.cumsum(seg_length, dtype=np.int32) - seg_length)
+            np.add(p[1], base, out=start[i], casting="unsafe")
+            length[i] = p[2]
+        row_end = np.cumsum(length.sum(0, dtype=np.int64))
+        on = length.T > 0
+        seg_start, seg_length = start.T[on], length.T[on]
+        seg_shift = seg_start - (np.cumsum(seg_length, dtype=np.int32) - seg_length)
         index = np.repeat(seg_shift, seg_length)
         index += np.arange(len(index), dtype=np.int32)
-        return source[index], np.cumsum(length.sum(1, dtype=np.int64))
+        return source[index], row_end

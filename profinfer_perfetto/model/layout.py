@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +38,7 @@ from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
 Args = tuple[tuple[str, ArgValue], ...]
+T = TypeVar("T")
 
 
 class TrackKind(IntEnum):
@@ -76,6 +78,9 @@ class Layout:
     strings: list[str]
     """Event names and string argument values, referred to by index."""
     arg_sets: list[Args]
+    generation: int
+    """Of the Tables `strings` and `arg_sets` come from (a chunk of a streamed run whose tables
+    started over has a new one)."""
     ts: np.ndarray
     type: np.ndarray
     track: np.ndarray
@@ -86,10 +91,9 @@ class Layout:
     """Index into `arg_sets`, -1 for none."""
     value: np.ndarray
     """Counter value (COUNTER rows)."""
-    flows_out: dict[int, list[int]] = field(default_factory=dict)
-    """Row -> flow ids that start at that slice begin."""
-    flows_in: dict[int, list[int]] = field(default_factory=dict)
-    """Row -> flow ids that end at that slice begin."""
+    flows: np.ndarray = field(default_factory=lambda: np.empty((0, 3), np.int64))
+    """(n, 3): each DAG flow's id, the row of the slice begin it starts at and the row of the
+    one it ends at, by id."""
     counter_track: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
     """(rows, counters): counter track index sampled at that slice begin or end, -1 for none."""
     counter_value: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.int64))
@@ -111,14 +115,6 @@ def _shape(ne: np.ndarray) -> str:
     while len(dims) > 1 and dims[-1] == 1:
         dims.pop()
     return "x".join(map(str, dims))
-
-
-class _Strings:
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-
-    def __call__(self, s: str) -> int:
-        return self.index.setdefault(s, len(self.index))
 
 
 def _node_args(model: TraceModel, node: int, fused: int) -> Args:
@@ -233,37 +229,65 @@ class _Rows:
         return {f: c[order] for f, c in cols.items()}, rank
 
 
-MAX_DESCRIPTIONS = 4096
-"""Node descriptions kept for later chunks (attention ops change shape with the KV cache, so
-a long run makes new ones at every step: the cache starts over when full)."""
-Descriptions = dict[tuple[bytes, bytes, int, int], tuple[str, Args]]
-"""A node's name and description by what its descriptor(s) and layer say; carried from chunk
-to chunk of a streamed run (a node computed alike in graph after graph is described once)."""
+MAX_TABLE = 1 << 16
+"""Entries Tables holds before it starts over."""
+NodeKey = tuple[bytes, bytes, int, int]
+"""A node (or fused pair) as its descriptors (time left out) and layers describe it."""
+
+
+class _Indexed(Generic[T]):
+    """Items numbered in order of first use."""
+
+    def __init__(self) -> None:
+        self.items: list[T] = []
+        self._ids: dict[T, int] = {}
+
+    def __call__(self, item: T) -> int:
+        found = self._ids.get(item)
+        if found is None:
+            found = self._ids[item] = len(self.items)
+            self.items.append(item)
+        return found
+
+
+class Tables:
+    """The names and arg sets a layout's rows refer to by index, and each node description's
+    pair of them. A streamed run carries them from chunk to chunk, so what repeats (a node
+    computed alike in graph after graph) is named, described and serialized once; they start
+    over when they hold more than MAX_TABLE entries (attention's shapes change with the KV cache
+    at every step of a long run), and `generation` counts the starts."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self.string = _Indexed[str]()
+        self.arg_set = _Indexed[Args]()
+        """The id of a set of args; equal sets (a node in graph after graph) share one."""
+        self.strings, self.arg_sets = self.string.items, self.arg_set.items
+        self.nodes: dict[NodeKey, tuple[int, int]] = {}
+        """A node's (name, description) ids."""
+
+    def start_layout(self) -> None:
+        """Before a layout: start over if full (never within one, whose ids must hold)."""
+        if len(self.strings) + len(self.arg_sets) > MAX_TABLE:
+            self._clear()
+            self.generation += 1
 
 
 class _LayoutBuilder:
-    def __init__(self, model: TraceModel, descriptions: Descriptions) -> None:
+    def __init__(self, model: TraceModel, tables: Tables) -> None:
         self.model = model
-        self.descriptions = descriptions
-        self.strings = _Strings()
-        self.arg_sets: list[Args] = []
-        self._arg_ids: dict[Args, int] = {}
+        self.tables = tables
+        tables.start_layout()
+        self.strings, self.arg_set = tables.string, tables.arg_set
         self.rows = _Rows()
         self.tracks = [Track(1, TrackKind.PROCESS, model.run.process_name)]
-        self.flows_out: dict[int, list[int]] = {}
-        self.flows_in: dict[int, list[int]] = {}
 
     def track(self, track: Track) -> int:
         self.tracks.append(track)
         return len(self.tracks) - 1
-
-    def arg_set(self, args: Args) -> int:
-        """The id of a set of args; equal sets (a node in graph after graph) share one."""
-        found = self._arg_ids.get(args)
-        if found is None:
-            found = self._arg_ids[args] = len(self.arg_sets)
-            self.arg_sets.append(args)
-        return found
 
     def build(self) -> Layout:
         model = self.model
@@ -282,7 +306,6 @@ class _LayoutBuilder:
             self.aggregate_counters()
             self.recording()
         cols, rank = self.rows.ordered()
-        self.dag_flows(op_begin, rank)
         counter_track, counter_value, counter_delta = self.thread_counters(op_begin, op_end,
                                                                            rank)
         return Layout(
@@ -290,16 +313,16 @@ class _LayoutBuilder:
             process_name=model.run.process_name,
             cmdline=model.run.cmdline,
             tracks=self.tracks,
-            strings=list(self.strings.index),
-            arg_sets=self.arg_sets,
+            strings=self.tables.strings,
+            arg_sets=self.tables.arg_sets,
+            generation=self.tables.generation,
             ts=cols["ts"],
             type=cols["type"].astype(np.int8),
             track=cols["track"].astype(np.int64),
             name=cols["name"].astype(np.int64),
             args=cols["args"].astype(np.int64),
             value=cols["value"].astype(np.float64),
-            flows_out=self.flows_out,
-            flows_in=self.flows_in,
+            flows=self.dag_flows(op_begin, rank),
             counter_track=counter_track,
             counter_value=counter_value,
             counter_names=list(model.run.counters),
@@ -349,26 +372,34 @@ class _LayoutBuilder:
         Returns the begin and end row of each op's slice.
         """
         model, ops = self.model, self.model.ops
-        pairs, which = np.unique(np.stack([ops.node, ops.fused], 1), axis=0, return_inverse=True)
+        width = len(model.nodes) + 1
+        pairs, which = np.unique(ops.node * width + ops.fused + 1, return_inverse=True)
         which = which.reshape(-1)
-        names, args, shares = [], [], []
         same = model.nodes.raw.copy()
         same["ts"] = 0  # a node is described alike in every graph that computes it alike
-        for node, fused in pairs.tolist():
-            key = (same[node].tobytes(), b"" if fused < 0 else same[fused].tobytes(),
-                   int(model.nodes.layer[node]), int(model.nodes.layer[fused]))
-            known = self.descriptions.get(key)
-            if known is None:
-                if len(self.descriptions) >= MAX_DESCRIPTIONS:  # shapes that keep changing
-                    self.descriptions.clear()
+        raw = same.view(np.dtype((np.void, same.dtype.itemsize))).tolist()
+        layer, index = model.nodes.layer.tolist(), model.nodes.index.tolist()
+        described = self.tables.nodes
+        share_ids: dict[int, int] = {}
+        names, args, shares = [], [], []
+        for node, fused in zip((pairs // width).tolist(), (pairs % width - 1).tolist(),
+                               strict=True):
+            key = (raw[node], b"" if fused < 0 else raw[fused], layer[node], layer[fused])
+            found = described.get(key)
+            if found is None:
                 label, tensor = model.op_label(node, fused)
-                known = self.descriptions[key] = (f"{label} {tensor}",
-                                                  _node_args(model, node, fused))
+                found = described[key] = (self.strings(f"{label} {tensor}"),
+                                          self.arg_set(_node_args(model, node, fused)))
             routing = model.routing.get(node)
-            names.append(self.strings(known[0]))
-            args.append(self.arg_set(known[1] if routing is None
-                                     else known[1] + tuple(_routing_args(routing))))
-            shares.append(self.arg_set((("node", int(model.nodes.index[node])),)))
+            if routing is not None:
+                found = (found[0], self.arg_set(self.tables.arg_sets[found[1]]
+                                                + tuple(_routing_args(routing))))
+            names.append(found[0])
+            args.append(found[1])
+            share = share_ids.get(index[node])
+            if share is None:
+                share = share_ids[index[node]] = self.arg_set((("node", index[node]),))
+            shares.append(share)
         name = np.array(names, np.int64)[which]
         arg = np.where(_described(ops), np.array(args, np.int64)[which],
                        np.array(shares, np.int64)[which])
@@ -393,7 +424,7 @@ class _LayoutBuilder:
         """Each op's arg set with the CPU it began on."""
         pairs, which = np.unique(np.stack([arg, cpu.astype(np.int64)], 1), axis=0,
                                  return_inverse=True)
-        ids = [self.arg_set((*self.arg_sets[a], (CPU_ARG, c))) for a, c in pairs.tolist()]
+        ids = [self.arg_set((*self.tables.arg_sets[a], (CPU_ARG, c))) for a, c in pairs.tolist()]
         return np.array(ids, np.int64)[which.reshape(-1)]
 
     def expert_routing(self) -> None:
@@ -473,17 +504,17 @@ class _LayoutBuilder:
                               PEAK_ARGS, (peak.kind.value, peak.dtype, peak.threads,
                                           float(peak.value), peak.how), strict=True))))
 
-    def dag_flows(self, op_begin: np.ndarray, rank: np.ndarray) -> None:
-        """One flow per DAG edge, between the op slices of the graph's calling thread (ith 0)."""
-        ops = self.model.ops
+    def dag_flows(self, op_begin: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """One flow per DAG edge, between the op slices of the graph's calling thread (ith 0):
+        (n, 3) flow id, row it starts at, row it ends at."""
+        model, ops = self.model, self.model.ops
         main = ops.ith == 0
-        begin_of_node = dict(zip(ops.node[main].tolist(), rank[op_begin[main]].tolist(),
-                                 strict=True))
-        first = self.model.cont.first_flow
-        for flow, (producer, consumer) in enumerate(self.model.edges.tolist(), start=first):
-            if producer in begin_of_node and consumer in begin_of_node:
-                self.flows_out.setdefault(begin_of_node[producer], []).append(flow)
-                self.flows_in.setdefault(begin_of_node[consumer], []).append(flow)
+        begin_of_node = np.full(len(model.nodes), -1, np.int64)
+        begin_of_node[ops.node[main]] = rank[op_begin[main]]
+        ids = model.cont.first_flow + np.arange(len(model.edges), dtype=np.int64)
+        out, into = begin_of_node[model.edges[:, 0]], begin_of_node[model.edges[:, 1]]
+        shown = (out >= 0) & (into >= 0)
+        return np.stack([ids[shown], out[shown], into[shown]], 1)
 
     def thread_counters(self, op_begin: np.ndarray, op_end: np.ndarray,
                         rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -511,9 +542,9 @@ class _LayoutBuilder:
         return tracks, values, deltas
 
 
-def build_layout(model: TraceModel, descriptions: Descriptions | None = None) -> Layout:
-    """The trace layout of a model (`descriptions`: those of earlier chunks of its run)."""
-    return _LayoutBuilder(model, {} if descriptions is None else descriptions).build()
+def build_layout(model: TraceModel, tables: Tables | None = None) -> Layout:
+    """The trace layout of a model (`tables`: those of the earlier chunks of its run)."""
+    return _LayoutBuilder(model, Tables() if tables is None else tables).build()
 
 
 def _recording_args(model: TraceModel) -> Args:

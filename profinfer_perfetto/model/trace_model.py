@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -252,6 +253,13 @@ def tensor_name(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
+@lru_cache(maxsize=1 << 14)
+def _named(raw: bytes) -> tuple[str, int]:
+    """A tensor's name and layer, from its name field (a run decodes each name once)."""
+    name = tensor_name(raw)
+    return name, layer_of(name)
+
+
 def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
     """Pair each begin with the next end on its thread; events are sorted by (tid, ts)."""
     sel = events[(events["kind"] == begin) | (events["kind"] == end)]
@@ -303,42 +311,44 @@ def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
 
 
 def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """Index of the node with this (graph, tensor address), -1 if none was described."""
-    keys = np.concatenate(
-        [
-            np.stack([nodes.graph.astype(np.int64), nodes.raw["ptr"].astype(np.int64)], 1),
-            np.stack([graph.astype(np.int64), ptr.astype(np.int64)], 1),
-        ]
-    )
-    _, group = np.unique(keys, axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    owner = np.full(group.max() + 1 if len(group) else 0, -1, np.int64)
-    owner[group[: len(nodes)]] = np.arange(len(nodes))
-    return owner[group[len(nodes) :]]
+    """Index of the node with this (graph, tensor address), -1 if none was described (the last
+    one where a graph computed a tensor twice)."""
+    if len(nodes) == 0 or len(ptr) == 0:
+        return np.full(len(ptr), -1, np.int64)
+    _, dense = np.unique(np.concatenate([nodes.raw["ptr"], ptr]), return_inverse=True)
+    dense = dense.reshape(-1).astype(np.int64)
+    width = int(dense.max()) + 1
+    key = nodes.graph.astype(np.int64) * width + dense[: len(nodes)]
+    order = np.argsort(key, kind="stable")
+    query = graph.astype(np.int64) * width + dense[len(nodes):]
+    pos = np.searchsorted(key[order], query, side="right") - 1
+    found = order[np.maximum(pos, 0)]
+    return np.where((pos >= 0) & (key[found] == query), found, -1)
 
 
 def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
-    """Producer -> consumer node pairs: the last earlier writer of each source's storage."""
-    raw = nodes.raw
-    storage = np.where(raw["view_src"] != 0, raw["view_src"], raw["ptr"]).tolist()
-    src_ptr = raw["src"]["ptr"].tolist()
-    src_view = raw["src"]["view_src"].tolist()
-    graphs = nodes.graph.tolist()
+    """Producer -> consumer node pairs: the last earlier writer of each source's storage, in
+    the same graph (nodes are in execution order, graph by graph)."""
+    raw, n = nodes.raw, len(nodes)
+    storage = np.where(raw["view_src"] != 0, raw["view_src"], raw["ptr"])
+    src_ptr, src_view = raw["src"]["ptr"], raw["src"]["view_src"]
+    reader, slot = np.nonzero(src_ptr)
+    read = np.where(src_view[reader, slot] != 0, src_view[reader, slot], src_ptr[reader, slot])
+    # The latest writer before each reader: one sorted key, (storage, node index).
+    _, dense = np.unique(np.concatenate([storage, read]), return_inverse=True)
+    dense = dense.reshape(-1).astype(np.int64)
+    written_key = dense[:n] * (n + 1) + np.arange(n)
+    order = np.argsort(written_key)
+    pos = np.searchsorted(written_key[order], dense[n:] * (n + 1) + reader) - 1
+    producer = order[np.maximum(pos, 0)]
+    found = (pos >= 0) & (dense[:n][producer] == dense[n:]) & (nodes.graph[producer]
+                                                               == nodes.graph[reader])
     # A fused pair is one op: edges of its second node belong to its first.
-    op_of = np.arange(len(nodes))
+    op_of = np.arange(n)
     op_of[fused_second[fused_second >= 0]] = np.flatnonzero(fused_second >= 0)
-    op_of_list = op_of.tolist()
-    edges: set[tuple[int, int]] = set()
-    writer: dict[int, int] = {}
-    for i in range(len(nodes)):
-        if i == 0 or graphs[i] != graphs[i - 1]:
-            writer = {}
-        for ptr, view in zip(src_ptr[i], src_view[i], strict=True):
-            producer = writer.get(view or ptr) if ptr else None
-            if producer is not None and op_of_list[producer] != op_of_list[i]:
-                edges.add((op_of_list[producer], op_of_list[i]))
-        writer[storage[i]] = i
-    return np.array(sorted(edges), np.int64).reshape(-1, 2)
+    source, target = op_of[producer[found]], op_of[reader[found]]
+    pairs = np.unique((source * n + target)[source != target])
+    return np.stack([pairs // n, pairs % n], 1).astype(np.int64).reshape(-1, 2)
 
 
 def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
@@ -365,13 +375,14 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     raw["ts"] = at[ok]
     node_graph = node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
-    names = [tensor_name(n) for n in raw["name"].tolist()]
+    named = [_named(n) for n in raw["name"].tolist()]
+    names = [name for name, _ in named]
     nodes = Nodes(
         graph=node_graph,
         index=np.arange(len(raw)) - first_of_graph,
         raw=raw,
         names=names,
-        layer=np.array([layer_of(n) for n in names], np.int64),
+        layer=np.array([layer for _, layer in named], np.int64),
     )
 
     # Ops: each op begin, and the barriers its thread entered before its next op (an op the
@@ -436,7 +447,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     pairs = ops.fused >= 0
     fused_second[ops.node[pairs]] = ops.fused[pairs]
     edges = _edges(nodes, fused_second)
-    for producer, consumer in edges.tolist():
+    for producer, consumer in edges[nodes.layer[edges[:, 0]] < 0].tolist():
         if nodes.layer[producer] < 0 and auto_named(names[producer]):
             nodes.layer[producer] = nodes.layer[consumer]
     return TraceModel(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import zlib
 from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
-from profinfer_perfetto.encode import perfetto
+from profinfer_perfetto.encode import deflate, perfetto
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
@@ -115,3 +116,10 @@ def test_chunking_changes_nothing_but_the_chunks(tmp_path: Path,
     assert [(s.name, s.ts, s.end, s.args) for s in chunked.slices] == [
         (s.name, s.ts, s.end, s.args) for s in whole.slices]
     assert chunked.counters == whole.counters
+
+
+def test_compressed_packets_are_zlib_data() -> None:
+    """trace_processor expands compressed packets as zlib data, whichever deflate wrote them."""
+    data = bytes(range(256)) * 1000
+    assert deflate.ENGINE in ("isal", "zlib")
+    assert zlib.decompress(deflate.compress(data)) == data

@@ -15,6 +15,7 @@ from profinfer_perfetto.capture.recorder import Drained, Recording
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.model import layout
 from profinfer_perfetto.model.chunks import Chunker
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
@@ -24,6 +25,8 @@ from tests import synthetic
 
 TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
 ENGINES = ("builtin", "trace_processor") if TP_BIN else ("builtin",)
+SMALL_TABLE = 40
+"""A MAX_TABLE that the synthetic runs pass every few chunks."""
 
 
 def _drains(rec: Recording, count: int) -> list[Drained]:
@@ -54,10 +57,16 @@ def _whole(rec: Recording, out: Path) -> Path:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_every_metric_answers_as_for_the_whole_run(tmp_path: Path, engine: str) -> None:
+@pytest.mark.parametrize("max_table", [layout.MAX_TABLE, SMALL_TABLE])
+def test_every_metric_answers_as_for_the_whole_run(
+        tmp_path: Path, engine: str, max_table: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks go on with the sequences of the chunks before, interning only what is new; with
+    a small MAX_TABLE the tables start over every few chunks, and every sequence with them."""
+    monkeypatch.setattr(layout, "MAX_TABLE", max_table)
     rec = synthetic.decode_run(3, steps=30)
     stream = _streamed(rec, tmp_path / "streamed.pftrace", drains=12)
     assert stream.cont.first_step > 1, "it was written in several chunks"
+    assert (stream.tables.generation > 1) == (max_table == SMALL_TABLE)
     whole = _whole(rec, tmp_path / "whole.pftrace")
     with TraceQuery(whole, engine) as a, TraceQuery(tmp_path / "streamed.pftrace", engine) as b:
         for name in canned():
