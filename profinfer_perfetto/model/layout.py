@@ -148,6 +148,13 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     return tuple(args)
 
 
+def _content(record: np.void) -> bytes:
+    """A NODE record's bytes but its time."""
+    same = record.copy()
+    same["ts"] = 0
+    return same.tobytes()
+
+
 def _experts_text(routing: Routing) -> str:
     """Each token's experts, comma separated, tokens separated by spaces, in batch order."""
     return " ".join(",".join(map(str, row)) for row in routing.ids.tolist())
@@ -231,8 +238,9 @@ class _Rows:
 
 MAX_TABLE = 1 << 16
 """Entries Tables holds before it starts over."""
-NodeKey = tuple[bytes, bytes, int, int]
-"""A node (or fused pair) as its descriptors (time left out) and layers describe it."""
+NodeKey = tuple[int, int, int, int, int, int]
+"""A node (or fused pair) by its descriptor(s) (tensor address, when sent; 0, 0 for no second
+node) and layers."""
 
 
 class _Indexed(Generic[T]):
@@ -267,11 +275,14 @@ class Tables:
         """The id of a set of args; equal sets (a node in graph after graph) share one."""
         self.strings, self.arg_sets = self.string.items, self.arg_set.items
         self.nodes: dict[NodeKey, tuple[int, int]] = {}
-        """A node's (name, description) ids."""
+        """A node's (name, description) ids, by its descriptors."""
+        self.contents: dict[tuple[bytes, bytes, int, int], tuple[int, int]] = {}
+        """The same, by what its descriptors say."""
 
     def start_layout(self) -> None:
         """Before a layout: start over if full (never within one, whose ids must hold)."""
-        if len(self.strings) + len(self.arg_sets) > MAX_TABLE:
+        if (len(self.strings) + len(self.arg_sets) + len(self.nodes)
+                + len(self.contents)) > MAX_TABLE:
             self._clear()
             self.generation += 1
 
@@ -371,41 +382,40 @@ class _LayoutBuilder:
 
         Returns the begin and end row of each op's slice.
         """
-        model, ops = self.model, self.model.ops
-        width = len(model.nodes) + 1
+        model, ops, nodes = self.model, self.model.ops, self.model.nodes
+        width = len(nodes) + 1
         pairs, which = np.unique(ops.node * width + ops.fused + 1, return_inverse=True)
         which = which.reshape(-1)
-        same = model.nodes.raw.copy()
-        same["ts"] = 0  # a node is described alike in every graph that computes it alike
-        raw = same.view(np.dtype((np.void, same.dtype.itemsize))).tolist()
-        layer, index = model.nodes.layer.tolist(), model.nodes.index.tolist()
+        node, fused = pairs // width, pairs % width - 1
+        second = np.maximum(fused, 0)
+        has = fused >= 0
+        # A node is described alike in every graph that uses the same descriptor(s) for it.
+        keys = zip(nodes.raw["ptr"][node].tolist(), nodes.described_at[node].tolist(),
+                   np.where(has, nodes.raw["ptr"][second], 0).tolist(),
+                   np.where(has, nodes.described_at[second], 0).tolist(),
+                   nodes.layer[node].tolist(), np.where(has, nodes.layer[second], -1).tolist(),
+                   strict=True)
         described = self.tables.nodes
-        share_ids: dict[int, int] = {}
-        names, args, shares = [], [], []
-        for node, fused in zip((pairs // width).tolist(), (pairs % width - 1).tolist(),
-                               strict=True):
-            key = (raw[node], b"" if fused < 0 else raw[fused], layer[node], layer[fused])
-            found = described.get(key)
-            if found is None:
-                label, tensor = model.op_label(node, fused)
-                found = described[key] = (self.strings(f"{label} {tensor}"),
-                                          self.arg_set(_node_args(model, node, fused)))
-            routing = model.routing.get(node)
-            if routing is not None:
-                found = (found[0], self.arg_set(self.tables.arg_sets[found[1]]
-                                                + tuple(_routing_args(routing))))
-            names.append(found[0])
-            args.append(found[1])
-            share = share_ids.get(index[node])
-            if share is None:
-                share = share_ids[index[node]] = self.arg_set((("node", index[node]),))
-            shares.append(share)
-        name = np.array(names, np.int64)[which]
-        arg = np.where(_described(ops), np.array(args, np.int64)[which],
-                       np.array(shares, np.int64)[which])
+        found = []
+        for i, key in enumerate(keys):
+            known = described.get(key)
+            if known is None:
+                known = described[key] = self._description(int(node[i]), int(fused[i]))
+            found.append(known)
+        ids = np.array(found, np.int64).reshape(-1, 2)
+        names, args = ids[:, 0], ids[:, 1].copy()
+        for i in np.flatnonzero(np.isin(node, list(model.routing))).tolist():
+            routing_args = tuple(_routing_args(model.routing[int(node[i])]))
+            args[i] = self.arg_set(self.tables.arg_sets[args[i]] + routing_args)
+        index, at = np.unique(nodes.index[node], return_inverse=True)
+        shares = np.array([self.arg_set((("node", i),)) for i in index.tolist()],
+                          np.int64)[at.reshape(-1)]
+        name = names[which]
+        arg = np.where(_described(ops), args[which], shares[which])
         if model.sched is not None:
             arg = self._with_cpu(arg, ops.cpu)
-        track = np.array([thread[t] for t in ops.tid.tolist()], np.int64)
+        tids, of_op = np.unique(ops.tid, return_inverse=True)
+        track = np.array([thread[t] for t in tids.tolist()], np.int64)[of_op.reshape(-1)]
         depth = np.where(caller, 2, 1)
         begin_rows = np.empty(len(ops), np.int64)
         end_rows = np.empty(len(ops), np.int64)
@@ -419,6 +429,21 @@ class _LayoutBuilder:
             waits = sel[ops.end[sel] > work_end[sel]]
             self.rows.slices(track[waits], work_end[waits], ops.end[waits], d, wait)
         return begin_rows, end_rows
+
+    def _description(self, node: int, fused: int) -> tuple[int, int]:
+        """The name and description ids of a node (or fused pair) by what its descriptors say
+        (a descriptor sent again unchanged is described once)."""
+        model = self.model
+        raw = model.nodes.raw
+        layer = model.nodes.layer
+        content = (_content(raw[node]), b"" if fused < 0 else _content(raw[fused]),
+                   int(layer[node]), int(layer[fused]) if fused >= 0 else -1)
+        known = self.tables.contents.get(content)
+        if known is None:
+            label, tensor = model.op_label(node, fused)
+            known = self.tables.contents[content] = (self.strings(f"{label} {tensor}"),
+                                                     self.arg_set(_node_args(model, node, fused)))
+        return known
 
     def _with_cpu(self, arg: np.ndarray, cpu: np.ndarray) -> np.ndarray:
         """Each op's arg set with the CPU it began on."""

@@ -71,7 +71,10 @@ class Nodes:
     index: np.ndarray
     """Position among the graph's described nodes (execution order)."""
     raw: np.ndarray
-    """The NODE records, for shapes, types and sources."""
+    """The NODE records, for shapes, types and sources (`ts`: when the node ran)."""
+    described_at: np.ndarray
+    """When the descriptor of each node was sent: with its tensor's address, the descriptor's
+    identity, the same in every chunk of a run that uses it."""
     names: list[str]
     layer: np.ndarray
     """The layer of the tensor name's `-N` suffix; a node ggml named automatically (`node_21`)
@@ -254,10 +257,11 @@ def tensor_name(raw: bytes) -> str:
 
 
 @lru_cache(maxsize=1 << 14)
-def _named(raw: bytes) -> tuple[str, int]:
-    """A tensor's name and layer, from its name field (a run decodes each name once)."""
+def _named(raw: bytes) -> tuple[str, int, bool]:
+    """A tensor's name, its layer and whether ggml named it, from its name field (a run decodes
+    each name once)."""
     name = tensor_name(raw)
-    return name, layer_of(name)
+    return name, layer_of(name), auto_named(name)
 
 
 def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
@@ -372,18 +376,21 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     node_graph = graphs.containing(at)
     ok = (described >= 0) & (node_graph >= 0)
     raw = recording.nodes[described[ok]].copy()
+    described_at = raw["ts"].copy()
     raw["ts"] = at[ok]
     node_graph = node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     named = [_named(n) for n in raw["name"].tolist()]
-    names = [name for name, _ in named]
+    names = [name for name, _, _ in named]
     nodes = Nodes(
         graph=node_graph,
         index=np.arange(len(raw)) - first_of_graph,
         raw=raw,
+        described_at=described_at,
         names=names,
-        layer=np.array([layer for _, layer in named], np.int64),
+        layer=np.array([layer for _, layer, _ in named], np.int64),
     )
+    auto = np.array([automatic for _, _, automatic in named], bool)
 
     # Ops: each op begin, and the barriers its thread entered before its next op (an op the
     # --ops filter left out counts as a next op, and is dropped afterwards).
@@ -447,9 +454,12 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     pairs = ops.fused >= 0
     fused_second[ops.node[pairs]] = ops.fused[pairs]
     edges = _edges(nodes, fused_second)
-    for producer, consumer in edges[nodes.layer[edges[:, 0]] < 0].tolist():
-        if nodes.layer[producer] < 0 and auto_named(names[producer]):
-            nodes.layer[producer] = nodes.layer[consumer]
+    # An unnamed node takes the layer of its first consumer that has one (consumers come after
+    # their producers, so theirs are still their own).
+    producer, consumer = edges[:, 0], edges[:, 1]
+    takes = auto[producer] & (nodes.layer[producer] < 0) & (nodes.layer[consumer] >= 0)
+    unnamed, first = np.unique(producer[takes], return_index=True)
+    nodes.layer[unnamed] = nodes.layer[consumer[takes][first]]
     return TraceModel(
         run=recording.run,
         tokens=tokens,
