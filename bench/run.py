@@ -15,6 +15,11 @@ overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `
         2 threads (1-thread runs: llama.cpp pinned to one CPU), full tracing, `--no-barriers`
         and `--sample 256 --detach`: the median slowdown with a bootstrap interval, and the
         recorder's CPU.
+windows the recorder attached to one long generation for whole windows (`record --pid`, 6 s,
+        its drain thread included) in turn with plain windows, every token step timed by
+        bpftrace: each traced window's median step against the plain windows beside it, for
+        `--floor` (the same probe sites, programs that return at once), `--no-barriers` and
+        full tracing.
 steps   the same cost measured inside one run, where this VM's run-to-run noise cancels: with
         `--sample 64 --detach` each traced decode step against the untraced steps just
         before it, and the kernel-timed BPF cost per probe run.
@@ -392,6 +397,107 @@ def bench_overhead(pairs: int = 6, models: tuple[str, ...] = ("gemma-3-270m", "m
     return results
 
 
+WINDOW_S = 6.0
+"""How long `record --pid` is attached in the windows bench."""
+SETTLE_S = 2.0
+"""After a recorder exits, how long before steps count as plain (its probes' removal takes the
+kernel about a second)."""
+STEP_TIMER = """
+uprobe:{lib}:llama_decode, uprobe:{lib}:llama_process {{
+    if (@depth[tid] == 0) {{ @start[tid] = nsecs; }}
+    @depth[tid]++;
+}}
+uretprobe:{lib}:llama_decode, uretprobe:{lib}:llama_process /@depth[tid]/ {{
+    @depth[tid]--;
+    if (@depth[tid] == 0) {{ printf("%llu %llu\\n", @start[tid], nsecs - @start[tid]); }}
+}}
+"""
+"""bpftrace timing every token step (the outermost llama_decode / llama_process call), on the
+monotonic clock: the project's own timing is not used."""
+WINDOW_MODES = {"floor": ["--floor"], "no barriers": ["--no-barriers"], "full": []}
+
+
+def _boot_minus_monotonic() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+
+
+def _median_step(steps: np.ndarray, a: int, b: int) -> float:
+    """The median of the token steps (start, duration) that lie within [a, b]."""
+    inside = (steps[:, 0] >= a) & (steps[:, 0] + steps[:, 1] <= b)
+    return float(np.median(steps[inside, 1])) if inside.any() else float("nan")
+
+
+def _windows(model: str, threads: int, rounds: int
+             ) -> tuple[np.ndarray, list[tuple[str, int, int]], list[tuple[int, int]]]:
+    """One long generation, its steps timed by bpftrace, with `record --pid` attached for
+    WINDOW_S in each mode in turn, `rounds` times, a plain window after each. Returns the steps
+    (monotonic start, duration), the traced windows (mode, monotonic begin and end of the
+    capture) and the plain windows, one before and after each traced one."""
+    import sys
+
+    steps_file = CACHE / "window-steps.txt"
+    target = subprocess.Popen(completion(model, 1 << 20, threads, "--ignore-eos"),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    with steps_file.open("w") as steps_out:
+        lib = assets.bin_dir("shared") / "libllama.so"
+        timer = subprocess.Popen(["bpftrace", "-e", STEP_TIMER.format(lib=lib)],
+                                 stdout=steps_out, stderr=subprocess.DEVNULL)
+    windows: list[tuple[str, int, int]] = []
+    plain: list[tuple[int, int]] = []
+    try:
+        time.sleep(WINDOW_S)  # loading
+        for _ in range(rounds):
+            for mode, options in WINDOW_MODES.items():
+                plain_begin = time.monotonic_ns()
+                time.sleep(WINDOW_S)
+                plain.append((plain_begin, time.monotonic_ns()))
+                out = CACHE / "window.pftrace"
+                subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                                str(out), "--pid", str(target.pid), "--duration",
+                                str(WINDOW_S), *options], check=True, capture_output=True)
+                with TraceQuery(out, "builtin") as q:
+                    begin, end = q.sql("select ts, ts + dur from slice "
+                                       "where name = 'record'").rows[0]
+                shift = _boot_minus_monotonic()
+                windows.append((mode, int(begin) - shift, int(end) - shift))
+                time.sleep(SETTLE_S)
+        plain_begin = time.monotonic_ns()
+        time.sleep(WINDOW_S)
+        plain.append((plain_begin, time.monotonic_ns()))
+    finally:
+        timer.terminate()
+        timer.wait()
+        target.kill()
+        target.wait()
+    return np.loadtxt(steps_file, dtype=np.int64, ndmin=2), windows, plain
+
+
+def bench_windows(setups: tuple[tuple[str, int], ...] = (("gemma-3-270m", 1),
+                                                          ("gemma-3-270m", 2)),
+                  rounds: int = 4) -> dict[str, Any]:
+    """The recorder attached to one long generation (`record --pid`, WINDOW_S at a time, its
+    drain thread and all), in turn with plain windows: each traced window's median step (timed
+    by bpftrace) against the median step of the plain windows before and after it; `floor`
+    attaches the same probe sites with programs that return at once."""
+    results: dict[str, Any] = {}
+    for model, threads in setups:
+        steps, windows, plain = _windows(model, threads, rounds)
+        by_mode: dict[str, list[float]] = {mode: [] for mode in WINDOW_MODES}
+        for i, (mode, a, b) in enumerate(windows):
+            around = np.mean([_median_step(steps, *plain[i]), _median_step(steps, *plain[i + 1])])
+            by_mode[mode].append(_median_step(steps, a, b) / float(around) - 1)
+        for mode, slowdowns in by_mode.items():
+            results[f"{model} t{threads} {mode}"] = {
+                "slowdown": [round(x, 4) for x in _median_ci(slowdowns)],
+                "windows": [round(x, 4) for x in slowdowns],
+                "plain_step_ms": round(float(np.median([_median_step(steps, *w)
+                                                        for w in plain])) / 1e6, 2),
+            }
+            print(model, threads, mode, results[f"{model} t{threads} {mode}"], flush=True)
+    return results
+
+
 AFTER_SAMPLE = 30
 """Steps after a sampled one that its probes' removal can still slow down."""
 
@@ -576,6 +682,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "memory": bench_memory,
     "server": bench_server,
     "steps": bench_traced_steps,
+    "windows": bench_windows,
     "capacity": bench_capacity,
     "encoding": bench_encoding,
     "writer": bench_writer,

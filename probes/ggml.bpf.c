@@ -436,7 +436,7 @@ static __always_inline void new_graph(void) {}
 
 // One thread starts its share of a node (or of a fused node pair: `second` non-null).
 static __always_inline int begin_op(const void *params, const void *first, const void *second) {
-    if (!tracing())
+    if (FLOOR || !tracing())  // --floor: the trap alone
         return 0;
 #if OP_FILTER
     u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -506,7 +506,7 @@ int fused_op_begin(struct pt_regs *ctx) {
 // A call of ggml_barrier in the graph loop function. Ops inlined there have barriers of their
 // own, so user space takes the last barrier before a thread's next op as the end of its share.
 int barrier_enter(struct pt_regs *ctx) {
-    if (!tracing())
+    if (FLOOR || !tracing())
         return 0;
 #if OP_FILTER
     u32 tid = (u32)bpf_get_current_pid_tgid();

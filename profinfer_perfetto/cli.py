@@ -92,6 +92,12 @@ def record(
         typer.Option("--barriers/--no-barriers", help="Probe the barrier calls that end each "
                      "thread's share of an op (without: one trap per op, waits not separated)."),
     ] = True,
+    floor: Annotated[
+        bool,
+        typer.Option("--floor", help="Attach the op probes with programs that return at once "
+                     "(no op events): the traps alone, to measure the floor of tracing ops "
+                     "with uprobes on this machine."),
+    ] = False,
     detach: Annotated[
         bool,
         typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
@@ -150,7 +156,7 @@ def record(
         counters=tuple(counters),
         libs=tuple(lib or ()),
         rings=RingSizes(ring_pages, ring_pages),
-        selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers),
+        selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor),
         sched=sched,
         peaks=tuple((peaks.stored() if peaks_file is None else peaks.load(peaks_file)).peaks),
     )

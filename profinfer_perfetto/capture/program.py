@@ -90,6 +90,7 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "NAME_PREFIX": '"' + selection.name_prefix.replace('"', "") + '"',
         "NAME_PREFIX_LEN": len(selection.name_prefix.encode()),
         "AGGREGATE": int(selection.aggregate),
+        "FLOOR": int(selection.floor),
     }
 
 

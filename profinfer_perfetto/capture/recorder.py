@@ -496,6 +496,9 @@ class _Capture:
         if not self.request.selection.barriers:
             notes.append("--no-barriers: an op lasts until its thread's next op, barrier wait "
                          "included")
+        if self.request.selection.floor:
+            notes.append("--floor: the op probes returned at once (the traps alone), no op "
+                         "events")
         if lost[Ring.ROUTES]:
             notes.append(f"{lost[Ring.ROUTES]} routing records lost to a full ring: some "
                          "Mixture-of-Experts ops have no expert ids")

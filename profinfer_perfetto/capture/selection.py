@@ -22,6 +22,10 @@ class Selection:
     barriers: bool = True
     """Probe the barrier calls that end each thread's share; without, an op lasts until the
     thread's next op (wait included) and each op costs one trap instead of about two."""
+    floor: bool = False
+    """Attach the op probes with programs that return at once (no op events): the uprobe traps
+    alone, the floor of any op tracer with uprobes on this machine, to read the other modes'
+    cost against."""
     detach: bool = False
     """Attach the op probes only around the chosen steps (their traps then cost the other steps
     nothing); removing them takes the kernel about a second, so this suits sampling periods of
@@ -47,7 +51,8 @@ class Selection:
 
     @staticmethod
     def parse(tokens: str | None, sample: int, ops: str | None, detach: bool = False,
-              aggregate: bool = False, barriers: bool = True) -> Selection:
+              aggregate: bool = False, barriers: bool = True, floor: bool = False
+              ) -> Selection:
         """From --tokens A:B, --sample N and --ops MUL_MAT,ffn_*."""
         first = last = 0
         if tokens:
@@ -70,5 +75,8 @@ class Selection:
             raise ProfinferError("--detach goes with --tokens or --sample")
         if aggregate and names:
             raise ProfinferError("--aggregate counts every op: it does not go with --ops")
+        if floor and (aggregate or names):
+            raise ProfinferError("--floor sends no op events: it does not go with --aggregate "
+                                 "or --ops")
         return Selection(first, last, sample, tuple(o for o in names if not o.endswith("*")),
-                         prefixes[0] if prefixes else "", aggregate, barriers, detach)
+                         prefixes[0] if prefixes else "", aggregate, barriers, floor, detach)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.model.names import probe_args
 from profinfer_perfetto.query.session import TraceQuery
 from tests.conftest import Cli
 from tests.integration.test_record import completion
@@ -141,3 +142,25 @@ def test_aggregate_counts_what_full_tracing_records(
     for s in stats:
         assert s.p90_ns >= 2 and s.p90_ns & (s.p90_ns - 1) == 0, s
         assert s.p90_ns <= 2 or s.p90_ns * s.count < 20 * s.work_ns, s
+
+
+def test_floor_takes_the_traps_and_records_no_op(
+    cli: Cli, llama: Callable[..., Path], model: Callable[[str], Path], tmp_path: Path,
+    full: tuple[Counter[tuple[int, str, str]], list[int]],
+) -> None:
+    """--floor attaches the op probes with programs that return at once: every op entry still
+    runs one (the kernel counts them, as many as full tracing records op events and barrier
+    calls), no op is recorded, every token step is."""
+    out = tmp_path / "floor.pftrace"
+    result = cli("record", "-o", out, "--floor", "--",
+                 *completion(llama, model("tiny-llama"), 2, n=16))
+    assert result.returncode == 0, result.stderr
+    ops, token_steps = ops_by_step(out)
+    assert not ops and token_steps == full[1]
+    with TraceQuery(out, "builtin") as q:
+        recorded = q.recording_args()
+    runs = {fn: int(recorded.get(probe_args(fn)[0], 0))
+            for fn in ("op_begin", "fused_op_begin", "barrier_enter")}
+    assert runs["op_begin"] + runs["fused_op_begin"] == sum(full[0].values())
+    assert runs["barrier_enter"] > 0
+    assert "--floor" in result.stdout
