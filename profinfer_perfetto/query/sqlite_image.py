@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -256,10 +257,13 @@ def _btree_page(kind: int, cells: list[bytes], right: int = 0, offset: int = 0) 
 
 def _interior(children: list[int], keys: list[int]) -> tuple[list[bytes], list[int]]:
     """A level of interior pages over `children` (each with its largest rowid): the pages,
-    and each one's largest rowid."""
+    and each one's largest rowid. The children are shared out evenly (at most _FANOUT a page),
+    so no page has a lone child: SQLite reads an interior page without a cell as corrupt."""
     pages, last = [], []
-    for i in range(0, len(children), _FANOUT):
-        kids, top = children[i:i + _FANOUT], keys[i:i + _FANOUT]
+    count = -(-len(children) // _FANOUT)
+    bounds = [len(children) * i // count for i in range(count + 1)]
+    for a, b in pairwise(bounds):
+        kids, top = children[a:b], keys[a:b]
         cells = [k.to_bytes(4, "big") + _varint(key) for k, key in zip(kids[:-1], top[:-1],
                                                                         strict=True)]
         pages.append(_btree_page(_INTERIOR, cells, right=kids[-1]))
