@@ -20,6 +20,8 @@ windows the recorder attached to one long generation for whole windows (`record 
         bpftrace: each traced window's median step against the plain windows beside it, for
         `--floor` (the same probe sites, programs that return at once), `--no-barriers` and
         full tracing.
+one-trap  whether one trap per op would answer as two do: full traces of Gemma-3-270M at 1 and
+        2 threads, each node's time as measured and as it would be without the barrier probes.
 steps   the same cost measured inside one run, where this VM's run-to-run noise cancels: with
         `--sample 64 --detach` each traced decode step against the untraced steps just
         before it, and the kernel-timed BPF cost per probe run.
@@ -411,6 +413,7 @@ uretprobe:{lib}:llama_decode, uretprobe:{lib}:llama_process /@depth[tid]/ {{
     @depth[tid]--;
     if (@depth[tid] == 0) {{ printf("%llu %llu\\n", @start[tid], nsecs - @start[tid]); }}
 }}
+END {{ clear(@depth); clear(@start); }}
 """
 """bpftrace timing every token step (the outermost llama_decode / llama_process call), on the
 monotonic clock: the project's own timing is not used."""
@@ -470,7 +473,9 @@ def _windows(model: str, threads: int, rounds: int
         timer.wait()
         target.kill()
         target.wait()
-    return np.loadtxt(steps_file, dtype=np.int64, ndmin=2), windows, plain
+    steps = [[int(v) for v in line.split()] for line in steps_file.read_text().splitlines()
+             if line[:1].isdigit()]  # bpftrace also says what it attaches
+    return np.array(steps, np.int64).reshape(-1, 2), windows, plain
 
 
 def bench_windows(setups: tuple[tuple[str, int], ...] = (("gemma-3-270m", 1),
@@ -495,6 +500,55 @@ def bench_windows(setups: tuple[tuple[str, int], ...] = (("gemma-3-270m", 1),
                                                         for w in plain])) / 1e6, 2),
             }
             print(model, threads, mode, results[f"{model} t{threads} {mode}"], flush=True)
+    return results
+
+
+ONE_TRAP_SQL = """
+select g.phase, a.op, a.role, max(o.ts + o.dur) - min(o.ts) as measured,
+       max(o.ts + o.dur + o.wait) - min(o.ts) as derived
+from profinfer_op_times o join profinfer_node_times n using (graph, node)
+join profinfer_slice_args a on a.arg_set_id = n.node_args
+join profinfer_graph g using (graph)
+group by o.graph, o.node
+"""
+"""Each node's time as measured (first start to the last thread's barrier entry) and as one
+trap per op would give it (to the last thread's next op: its barrier wait included)."""
+
+
+def bench_one_trap(tokens: int = 128) -> dict[str, Any]:
+    """Whether one trap per op (no barrier probes) would answer as two do: from full traces of
+    Gemma-3-270M at 1 and 2 threads, each node's time as measured and as derived without the
+    barrier entries, per phase and for the ten decode ops with the most time."""
+    import sys
+
+    results: dict[str, Any] = {}
+    for threads in (1, 2):
+        out = CACHE / "one-trap.pftrace"
+        subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
+                        "--", *completion("gemma-3-270m", tokens, threads)],
+                       check=True, capture_output=True)
+        with TraceQuery(out, "builtin") as q:
+            rows = q.sql(ONE_TRAP_SQL).rows
+        measured = np.array([r[3] for r in rows], float)
+        derived = np.array([r[4] for r in rows], float)
+        error = derived / measured - 1
+        decode = np.array([r[0] == "decode" for r in rows])
+        groups: dict[str, list[float]] = {}
+        for (phase, op, role, *_), m, d in zip(rows, measured, derived, strict=True):
+            if phase == "decode":
+                g = groups.setdefault(f"{op} {role}", [0.0, 0.0, 0])
+                g[0], g[1], g[2] = g[0] + m, g[1] + d, g[2] + 1
+        top = sorted(groups.items(), key=lambda kv: -kv[1][0])[:10]
+        results[f"gemma-3-270m t{threads}"] = {
+            "node_error_median": round(float(np.median(error)), 4),
+            "node_error_p90": round(float(np.percentile(error, 90)), 4),
+            "decode_total_error": round(float(derived[decode].sum() / measured[decode].sum() - 1),
+                                        4),
+            "decode_ops": {k: {"mean_us": round(float(m / n / 1e3), 1),
+                               "error": round(float(d / m - 1), 4)}
+                           for k, (m, d, n) in top},
+        }
+        print(threads, results[f"gemma-3-270m t{threads}"], flush=True)
     return results
 
 
@@ -683,6 +737,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "server": bench_server,
     "steps": bench_traced_steps,
     "windows": bench_windows,
+    "one-trap": bench_one_trap,
     "capacity": bench_capacity,
     "encoding": bench_encoding,
     "writer": bench_writer,
@@ -759,6 +814,21 @@ def markdown(results: dict[str, Any]) -> str:
                         [["model, layout, encode, deflate", str(w["events"]),
                           str(w["us_per_event"]), str(w["events_per_cpu_s"]),
                           str(w["bytes_per_event"])]])
+    if "windows" in results:
+        lines += _table(["recorder attached for whole 6 s windows, one long generation",
+                         "decode step slowdown (median, 95 % CI)", "each window",
+                         "plain step ms"],
+                        [[name, _ci(r["slowdown"]),
+                          " ".join(f"{w:+.1%}" for w in r["windows"]),
+                          str(r["plain_step_ms"])] for name, r in results["windows"].items()])
+    if "one-trap" in results:
+        lines += _table(["one trap per op: node time without the barrier probes vs with",
+                         "per node (median, p90)", "decode total", "decode ops (mean us: error)"],
+                        [[name, f"{r['node_error_median']:+.1%}, {r['node_error_p90']:+.1%}",
+                          f"{r['decode_total_error']:+.1%}",
+                          "; ".join(f"{k} {v['mean_us']}: {v['error']:+.1%}"
+                                    for k, v in r["decode_ops"].items())]
+                         for name, r in results["one-trap"].items()])
     if "calibrate" in results:
         c = results["calibrate"]
         lines += _table(["calibrate: memory roof", "calibrate GB/s", "STREAM-like C GB/s",
