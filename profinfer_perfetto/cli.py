@@ -113,10 +113,11 @@ def record(
     ] = 0,
     stream: Annotated[
         bool | None,
-        typer.Option("--stream/--no-stream", help="Write the trace while the run goes (memory "
-                     "stays flat, a killed recorder leaves the run so far; the recorder works "
-                     "beside the target), or keep the run and write it when it ends (the "
-                     "default, but with --max-size: nothing beside the target while it runs)."),
+        typer.Option("--stream/--no-stream", help="Write the trace while the run goes (a "
+                     "killed recorder leaves the run so far; the recorder works beside the "
+                     "target), or keep the run's records on disk (OUTPUT.records) and write the "
+                     "trace when it ends (the default, but with --max-size: nothing beside the "
+                     "target while it runs). Memory stays flat either way."),
     ] = None,
     sched: Annotated[
         bool,

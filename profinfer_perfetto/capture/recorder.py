@@ -369,6 +369,11 @@ class Drained:
     """SCHED records (empty without --sched)."""
 
 
+DRAINED_DTYPES = {"events": EVENT, "nodes": NODE, "routes": ROUTE, "batches": BATCH,
+                  "sched": SCHED}
+"""The record layout of each of Drained's fields."""
+
+
 class Sink(Protocol):
     """Takes each drain while the capture runs (`run`: what is known of it so far, `end_ns`
     now), and says why the capture must stop, if it must; record() keeps nothing of what a
@@ -381,7 +386,7 @@ class _Keep:
     """The sink that keeps everything, for a Recording of the whole run."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in Drained.__dataclass_fields__}
+        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in DRAINED_DTYPES}
 
     def __call__(self, drained: Drained, run: Run) -> str | None:
         for name, parts in self.parts.items():

@@ -12,6 +12,7 @@ from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.program import program_text
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
 from profinfer_perfetto.capture.sched import sched_text
+from profinfer_perfetto.capture.spill import Spill, spill_path
 from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
@@ -32,7 +33,7 @@ class RecordCommand:
     ebpf: bool = False
     rotation: Rotation | None = None
     stream: bool = False
-    """Write the trace while the run goes; else when it ends."""
+    """Write the trace while the run goes; else when it ends, from the records kept on disk."""
 
     def run(self) -> int:
         probe_plan = plan(self.request)
@@ -55,11 +56,12 @@ class RecordCommand:
             return ExitCode.OK
         require_root()
         check_writable(self.output)
-        return self._streamed(probe_plan) if self.stream and not self.json else self._whole(
-            probe_plan)
+        if self.json:
+            return self._whole(probe_plan)
+        return self._streamed(probe_plan) if self.stream else self._spilled(probe_plan)
 
     def _whole(self, probe_plan: ProbePlan | None) -> int:
-        """Keep the run in memory and write it when it ends (the default, and --json)."""
+        """Keep the run in memory and write it when it ends (--json)."""
         model = build(record(self.request, probe_plan, self._attached))
         layout = build_layout(model)
         with atomic_output(self.output) as out:
@@ -83,6 +85,31 @@ class RecordCommand:
             stream.abandon()
             raise
         stream.finish(recording)
+        return self._written(stream)
+
+    def _spilled(self, probe_plan: ProbePlan | None) -> int:
+        """Keep the run's records on disk as they come, and write the trace from them, chunk by
+        chunk, when it ends (the default: flat memory, nothing beside the target but writing
+        the records)."""
+        spill = Spill(spill_path(self.output))
+        try:
+            recording = record(self.request, probe_plan, self._attached, spill)
+            if spill.failed is not None:
+                raise ProfinferError(f"{spill.failed}: no trace written")
+            stream = TraceStream(self.output)
+            try:
+                for drained in spill.drains():
+                    stream(drained, recording.run)
+            except BaseException:
+                stream.abandon()
+                raise
+            stream.finish(recording)
+        finally:
+            spill.remove()
+        return self._written(stream)
+
+    def _written(self, stream: TraceStream) -> int:
+        """Say what was recorded and where it went."""
         assert stream.last is not None, "finish() writes the run's last chunk"
         print(summary(stream.totals, stream.last, stream.files[-1], stream.packets, "packets"))
         if len(stream.files) > 1:

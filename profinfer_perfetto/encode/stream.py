@@ -29,6 +29,7 @@ import numpy as np
 from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, SCHED
 from profinfer_perfetto.capture.recorder import Drained, Recording, Run
 from profinfer_perfetto.capture.sched import Task, scheduling
+from profinfer_perfetto.capture.spill import write_all
 from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
@@ -192,7 +193,7 @@ class TraceStream:
         out = io.BytesIO()
         packets = write_perfetto(build_layout(model, self.tables), out, self.written)
         try:
-            _write_all(self.fd, out.getbuffer())
+            write_all(self.fd, out.getbuffer())
         except OSError as exc:
             self.failed = f"writing {self.part} failed ({exc.strerror})"
             os.ftruncate(self.fd, self.size)  # the chunks written whole stay
@@ -210,7 +211,3 @@ def _empty(end_ns: int) -> Chunk:
     return Chunk(np.empty(0, EVENT), np.empty(0, NODE), np.empty(0, ROUTE), np.empty(0, BATCH),
                  np.empty(0, SCHED), end_ns)
 
-
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        data = data[os.write(fd, data):]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, SCHED, Kind
-from profinfer_perfetto.capture.recorder import Drained
+from profinfer_perfetto.capture.events import NODE, Kind
+from profinfer_perfetto.capture.recorder import DRAINED_DTYPES, Drained
 
 
 @dataclass
@@ -33,14 +33,13 @@ class Chunk:
     end_ns: int
 
 
-_KINDS = {"events": EVENT, "nodes": NODE, "routes": ROUTE, "batches": BATCH, "sched": SCHED}
 
 
 class Chunker:
     """Takes drains, gives chunks."""
 
     def __init__(self) -> None:
-        self.pending = {name: np.empty(0, dtype) for name, dtype in _KINDS.items()}
+        self.pending = {name: np.empty(0, dtype) for name, dtype in DRAINED_DTYPES.items()}
         self.carried = np.empty(0, NODE)
         self.steps = False
         """The run has token steps (cuts go before steps, else before graphs)."""
@@ -48,7 +47,7 @@ class Chunker:
     def add(self, drained: Drained) -> Chunk | None:
         """Take a drain; the chunk it completes, if any (cut among the earlier drains')."""
         cut = self._cut()
-        for name in _KINDS:
+        for name in DRAINED_DTYPES:
             new = getattr(drained, name)
             if new.size:
                 self.pending[name] = np.concatenate([self.pending[name], new])

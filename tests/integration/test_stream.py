@@ -78,18 +78,26 @@ def _small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path) -> None:
-    """Recording into a 512 KiB filesystem: one sentence and exit 2, the trace holds the whole
-    chunks that fit, and the target is not left stopped."""
-    with _small_disk(tmp_path, "512k") as disk:
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
+                                                    stream: bool) -> None:
+    """Recording into an 8 MiB filesystem (the run's trace takes about 11 MB, its records about
+    60 MB; a chunk holds at most QUEUED_DRAINS drains, under 5 MB): one sentence and exit 2, and the
+    target is not left stopped; streamed, the trace holds the whole chunks that fit; by default
+    (the records kept on disk until the run ends), no trace and no records are left."""
+    with _small_disk(tmp_path, "8m") as disk:
         out = disk / "run.pftrace"
-        result = cli("record", "-o", out, "--stream", "--", *_generation("tiny-llama", 3000))
+        result = cli("record", "-o", out, *(["--stream"] if stream else []), "--",
+                     *_generation("tiny-llama", 3000))
         assert result.returncode == 2, result.stderr
         (said,) = [line for line in result.stderr.splitlines()
                    if line.startswith("profinfer-perfetto:") and "tracing pid" not in line]
         assert "No space left on device" in said
         pid = int(result.stderr.split("tracing pid ")[1].split(";")[0])
         assert not _is_stopped(pid)
+        if not stream:
+            assert not list(disk.iterdir())
+            return
         for engine in ENGINES:
             with TraceQuery(out, engine) as q:
                 assert q.metric("token_steps").rows, engine
@@ -118,11 +126,12 @@ def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None
 
 
 def test_by_default_the_run_is_written_when_it_ends(cli: Cli, tmp_path: Path) -> None:
-    """Without --stream: nothing beside the target while it runs; one whole trace at the end."""
+    """Without --stream: nothing beside the target while it runs but writing its records
+    (OUTPUT.records, gone once the trace is written); one whole trace at the end."""
     out = tmp_path / "run.pftrace"
     result = cli("record", "-o", out, "--", *_generation("tiny-llama", 16))
     assert result.returncode == 0, result.stderr
-    assert not list(tmp_path.glob("*.part"))
+    assert sorted(tmp_path.iterdir()) == [out]
     with TraceQuery(out, "builtin") as q:
         assert len(q.metric("token_steps").rows) == 16
         assert q.recording_args()["status"] == "complete"

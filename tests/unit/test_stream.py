@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.events import SCHED
-from profinfer_perfetto.capture.recorder import Drained, Recording
+from profinfer_perfetto.capture.recorder import DRAINED_DTYPES, Drained, Recording
+from profinfer_perfetto.capture.spill import Spill, spill_path
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path
 from profinfer_perfetto.errors import ProfinferError
@@ -140,3 +141,20 @@ def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None
         kept(drained, replace(rec.run, status="running"))
     kept.finish(rec)
     assert sorted(tmp_path.glob("kept.*.pftrace")) == kept.files and len(kept.files) == 2
+
+
+def test_the_records_kept_on_disk_come_back_drain_by_drain(tmp_path: Path) -> None:
+    """record's default keeps each drain's records in files (capture/spill.py) and reads them
+    back once the run ends: the same drains, record for record, and the folder is gone after."""
+    rec = synthetic.decode_run(3, steps=10)
+    drains = _drains(rec, 7)
+    spill = Spill(spill_path(tmp_path / "run.pftrace"))
+    for drained in drains:
+        assert spill(drained, rec.run) is None
+    back = list(spill.drains())
+    assert len(back) == len(drains)
+    for got, sent in zip(back, drains, strict=True):
+        for name in DRAINED_DTYPES:
+            assert getattr(got, name).tobytes() == getattr(sent, name).tobytes(), name
+    spill.remove()
+    assert not list(tmp_path.iterdir())
