@@ -310,8 +310,16 @@ def bench_memory() -> dict[str, Any]:
 
 
 def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
-    """record --stream --pid on a llama-server (3 slots) under continuous load from `clients`
-    clients for `seconds`: peak memory, CPU, events, losses."""
+    """record --pid on a llama-server (3 slots) under continuous load from `clients` clients for
+    `seconds`, streamed and by default: peak memory, CPU, events, losses."""
+    results: dict[str, Any] = {}
+    for mode in ("--stream", ""):
+        name = f"llama-server {clients} slots, {clients} clients, {seconds:g} s"
+        results[name + ("" if mode else ", by default")] = _server_capture(seconds, clients, mode)
+    return results
+
+
+def _server_capture(seconds: float, clients: int, mode: str) -> dict[str, float]:
     import sys
     import threading
     import urllib.request
@@ -347,9 +355,9 @@ def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
             w.start()
         out = CACHE / "server.pftrace"
         recorder = subprocess.run(
-            [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--stream",
-             "--pid", str(server.pid), "--duration", str(seconds)], capture_output=True, text=True,
-            errors="replace", check=True)
+            [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
+             *([mode] if mode else []), "--pid", str(server.pid), "--duration", str(seconds)],
+            capture_output=True, text=True, errors="replace", check=True)
         stop.set()
     finally:
         server.terminate()
@@ -361,7 +369,8 @@ def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
     said = _recorder_said(recorder.stdout)
     said["events_per_s"] = round(said["events"] / max(said["capture_s"], 1e-9))
     said["trace_mb"] = round(out.stat().st_size / 2**20, 1)
-    return {f"llama-server {clients} slots, {clients} clients, {seconds:g} s": said}
+    print(mode or "by default", said, flush=True)
+    return said
 
 
 def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]:

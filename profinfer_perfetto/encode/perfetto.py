@@ -79,6 +79,8 @@ class _Interned:
         self.event_names: list[str] = []
         self.names: dict[str, int] = {}
         self.values: dict[str, int] = {}
+        self.value_list: list[str] = []
+        """`values` in iid order (a sequence's unseen ones are a slice of it)."""
         self.annotations: dict[tuple[str, type, ArgValue], bytes] = {}
         self.blobs: list[bytes] = []
         """Each arg set of the layout tables, serialized."""
@@ -108,7 +110,11 @@ class _Interned:
         elif isinstance(value, float):
             a.double_value = value
         else:
-            a.string_value_iid = self.values.setdefault(value, len(self.values) + 1)
+            iid = self.values.get(value)
+            if iid is None:
+                iid = self.values[value] = len(self.value_list) + 1
+                self.value_list.append(value)
+            a.string_value_iid = iid
         return field(_ANNOTATION, a.SerializeToString())
 
     def seen(self) -> tuple[int, int, int]:
@@ -121,9 +127,8 @@ class _Interned:
         for key, iid in self.names.items():
             if iid > since[1]:
                 data.debug_annotation_names.add(iid=iid, name=key)
-        for value, iid in self.values.items():
-            if iid > since[2]:
-                data.debug_annotation_string_values.add(iid=iid, str=value.encode())
+        for iid, value in enumerate(self.value_list[since[2]:], start=since[2] + 1):
+            data.debug_annotation_string_values.add(iid=iid, str=value.encode())
 
 
 @dataclass
