@@ -25,7 +25,8 @@ pytestmark = pytest.mark.root
 PROMPT = "Paris is the capital of"
 TP_BIN = os.environ.get("PROFINFER_TP_BIN", "")
 _TOPK = re.compile(r"ffn_moe_topk-(\d+) = \(i32\)")
-_ROW = re.compile(r"^\s*\[([-\d., ]+)\],?$")
+_ROW = re.compile(r"^(?:\d+\.\d+\.\d+\.\d+ [A-Z] )?\s*\[([-\d., ]+)\],?$")
+"""A row of a printed tensor (after the timestamp and level llama.cpp's log may put first)."""
 
 
 def printed_topk(stdout: str) -> dict[int, str]:
@@ -57,7 +58,7 @@ def test_expert_ids_are_the_ones_llama_cpp_computed(cli: Cli, tmp_path: Path, mo
                  "-p", PROMPT, "-t", "2", "-s", "1")
     assert result.returncode == 0, result.stderr
     expected = printed_topk(result.stdout)
-    assert expected and all(expected.values())
+    assert expected and all(expected.values()), result.stdout[-4000:]
     trace = trace_reader.read(out)
     # The UI's view: a track per layer, a slice per graph naming each token's experts.
     drawn = {trace.track_name(s.track): s.name for s in trace.slices
