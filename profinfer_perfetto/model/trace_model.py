@@ -285,27 +285,32 @@ def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
     )
 
 
+def _latest(group: np.ndarray, at: np.ndarray, q_group: np.ndarray, q_at: np.ndarray,
+            before: bool = False) -> np.ndarray:
+    """For each query (q_group, q_at), the index of the entry of the same group with the
+    greatest `at` no later than q_at (`before`: earlier than it), the last one of equals; -1
+    for none. One sorted key for all: `at` within its group's own range of the number line."""
+    if len(group) == 0 or len(q_group) == 0:
+        return np.full(len(q_group), -1, np.int64)
+    _, dense = np.unique(np.concatenate([group, q_group]), return_inverse=True)
+    dense = dense.reshape(-1).astype(np.int64)
+    at, q_at = at.astype(np.int64), q_at.astype(np.int64)
+    origin = int(min(at.min(), q_at.min()))
+    span = int(max(at.max(), q_at.max())) - origin + 1
+    if span * (int(dense.max()) + 1) >= 1 << 62:
+        raise ValueError("recording too long to index")
+    key = dense[:len(group)] * span + (at - origin)
+    order = np.argsort(key, kind="stable")
+    query = dense[len(group):] * span + (q_at - origin)
+    pos = np.searchsorted(key[order], query, side="left" if before else "right") - 1
+    found = order[np.maximum(pos, 0)]
+    return np.where((pos >= 0) & (dense[found] == dense[len(group):]), found, -1)
+
+
 def _last_descriptor(descriptors: np.ndarray, ptrs: np.ndarray, at: np.ndarray) -> np.ndarray:
     """For each (tensor, time), the index of the last descriptor of that tensor sent at or
     before that time; -1 for none."""
-    if len(descriptors) == 0 or len(ptrs) == 0:
-        return np.full(len(ptrs), -1, np.int64)
-    order = np.lexsort((descriptors["ts"], descriptors["ptr"]))
-    d_ptr, d_ts = descriptors["ptr"][order], descriptors["ts"][order].astype(np.int64)
-    tensors, group = np.unique(d_ptr, return_inverse=True)
-    which = np.searchsorted(tensors, ptrs)
-    found = (which < len(tensors)) & (tensors[np.minimum(which, len(tensors) - 1)] == ptrs)
-    # One sorted key for all: time within the tensor's own range of the number line.
-    origin = int(min(d_ts.min(), at.min()))
-    span = int(max(d_ts.max(), at.max())) - origin + 1
-    if span * len(tensors) >= 1 << 62:
-        raise ValueError("recording too long to index its node descriptors")
-    key = (d_ts - origin) + group.reshape(-1).astype(np.int64) * span
-    query = (at.astype(np.int64) - origin) + np.minimum(which, len(tensors) - 1) * span
-    pos = np.searchsorted(key, query, side="right") - 1
-    same = (pos >= 0) & (group.reshape(-1)[np.maximum(pos, 0)] == np.minimum(which,
-                                                                             len(tensors) - 1))
-    return np.where(found & same, order[np.maximum(pos, 0)], -1)
+    return _latest(descriptors["ptr"], descriptors["ts"], ptrs, at)
 
 
 def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
@@ -317,17 +322,10 @@ def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
 def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     """Index of the node with this (graph, tensor address), -1 if none was described (the last
     one where a graph computed a tensor twice)."""
-    if len(nodes) == 0 or len(ptr) == 0:
-        return np.full(len(ptr), -1, np.int64)
-    _, dense = np.unique(np.concatenate([nodes.raw["ptr"], ptr]), return_inverse=True)
-    dense = dense.reshape(-1).astype(np.int64)
-    width = int(dense.max()) + 1
-    key = nodes.graph.astype(np.int64) * width + dense[: len(nodes)]
-    order = np.argsort(key, kind="stable")
-    query = graph.astype(np.int64) * width + dense[len(nodes):]
-    pos = np.searchsorted(key[order], query, side="right") - 1
-    found = order[np.maximum(pos, 0)]
-    return np.where((pos >= 0) & (key[found] == query), found, -1)
+    found = _latest(nodes.raw["ptr"], nodes.graph, ptr, graph)
+    same = found >= 0
+    same[same] = nodes.graph[found[same]] == graph[same]
+    return np.where(same, found, -1)
 
 
 def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
@@ -338,15 +336,9 @@ def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
     src_ptr, src_view = raw["src"]["ptr"], raw["src"]["view_src"]
     reader, slot = np.nonzero(src_ptr)
     read = np.where(src_view[reader, slot] != 0, src_view[reader, slot], src_ptr[reader, slot])
-    # The latest writer before each reader: one sorted key, (storage, node index).
-    _, dense = np.unique(np.concatenate([storage, read]), return_inverse=True)
-    dense = dense.reshape(-1).astype(np.int64)
-    written_key = dense[:n] * (n + 1) + np.arange(n)
-    order = np.argsort(written_key)
-    pos = np.searchsorted(written_key[order], dense[n:] * (n + 1) + reader) - 1
-    producer = order[np.maximum(pos, 0)]
-    found = (pos >= 0) & (dense[:n][producer] == dense[n:]) & (nodes.graph[producer]
-                                                               == nodes.graph[reader])
+    producer = _latest(storage, np.arange(n), read, reader, before=True)
+    found = producer >= 0
+    found[found] = nodes.graph[producer[found]] == nodes.graph[reader[found]]
     # A fused pair is one op: edges of its second node belong to its first.
     op_of = np.arange(n)
     op_of[fused_second[fused_second >= 0]] = np.flatnonzero(fused_second >= 0)
