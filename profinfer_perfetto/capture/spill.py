@@ -2,12 +2,19 @@
 to one file per kind of record in a folder beside the output, and read back drain by drain once
 the run ends, so the recorder's memory does not grow with the run and it does nothing beside
 the target but write what it drained (about 64 B per event, 480 B per node descriptor).
+
+The appends happen on a thread of their own: a write the kernel holds up (writeback of the
+gigabytes a server capture makes) then delays only that thread, while the drain thread goes on
+emptying the rings (which hold about a second of a busy server's events) into a queue of at most
+QUEUE_BYTES.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +25,10 @@ from profinfer_perfetto.errors import ProfinferError
 
 SPILL_SUFFIX = ".records"
 """The folder of a run's records, beside its trace, while `record` runs."""
+QUEUE_BYTES = 48 << 20
+"""The most drained bytes waiting to be written: past it the drain thread waits for the writer
+(about 3 s of a llama-server's records at 250 k events/s, within the 400 MB the recorder may
+use)."""
 
 
 def spill_path(output: Path) -> Path:
@@ -25,7 +36,8 @@ def spill_path(output: Path) -> Path:
 
 
 class Spill:
-    """A sink for record(): appends each drain's records to `folder`, and gives them back."""
+    """A sink for record(): appends each drain's records to `folder` (on a writer thread), and
+    gives them back once finish() has waited for the writer."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -38,24 +50,66 @@ class Spill:
             shutil.rmtree(folder, ignore_errors=True)
             raise ProfinferError(f"cannot write {folder}: {exc.strerror}") from None
         self.counts: list[tuple[int, ...]] = []
-        """Each drain's records of each kind, in DRAINED_DTYPES' order."""
+        """Each drain's records of each kind, in DRAINED_DTYPES' order (those written whole)."""
         self.failed: str | None = None
+        self._queue: deque[Drained] = deque()
+        self._queued_bytes = 0
+        self._closed = False
+        self._changed = threading.Condition()
+        self._writer = threading.Thread(target=self._write, name="spill", daemon=True)
+        self._writer.start()
 
     def __call__(self, drained: Drained, run: Run) -> str | None:
-        """Keep a drain; a reason to stop the capture, if writing failed (a full disk)."""
-        if self.failed is None:
+        """Queue a drain for the writer; a reason to stop the capture, if writing failed (a
+        full disk)."""
+        with self._changed:
+            while self._queued_bytes > QUEUE_BYTES and self.failed is None:
+                self._changed.wait()
+            if self.failed is None:
+                self._queue.append(drained)
+                self._queued_bytes += _size(drained)
+                self._changed.notify_all()
+            return self.failed
+
+    def _write(self) -> None:
+        """The writer thread: append the queued drains in order until finish()."""
+        while True:
+            with self._changed:
+                while not self._queue and not self._closed:
+                    self._changed.wait()
+                if not self._queue:
+                    return
+                drained = self._queue[0]
+            failed: str | None = None
             try:
                 for name, fd in self.fds.items():
                     write_all(fd, memoryview(getattr(drained, name)).cast("B"))
             except OSError as exc:
-                self.failed = (f"writing the run's records to {self.folder} failed "
-                               f"({exc.strerror})")
-                return self.failed
-            self.counts.append(tuple(len(getattr(drained, name)) for name in DRAINED_DTYPES))
+                failed = f"writing the run's records to {self.folder} failed ({exc.strerror})"
+            with self._changed:
+                self._queue.popleft()
+                self._queued_bytes -= _size(drained)
+                if failed is None:
+                    self.counts.append(tuple(len(getattr(drained, n)) for n in DRAINED_DTYPES))
+                else:
+                    self.failed = failed
+                    self._queue.clear()
+                    self._queued_bytes = 0
+                self._changed.notify_all()
+                if failed is not None:
+                    return
+
+    def finish(self) -> str | None:
+        """Wait until every queued drain is written; why writing failed, if it did."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._writer.join()
         return self.failed
 
     def drains(self) -> Iterator[Drained]:
-        """The drains kept (those written whole), in order."""
+        """The drains kept (those written whole), in order; after finish()."""
+        assert not self._writer.is_alive(), "finish() first"
         offsets = dict.fromkeys(self.fds, 0)
         for counts in self.counts:
             parts = {}
@@ -67,9 +121,14 @@ class Spill:
             yield Drained(**parts)
 
     def remove(self) -> None:
+        self.finish()
         for fd in self.fds.values():
             os.close(fd)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _size(drained: Drained) -> int:
+    return sum(getattr(drained, name).nbytes for name in DRAINED_DTYPES)
 
 
 def write_all(fd: int, data: memoryview) -> None:

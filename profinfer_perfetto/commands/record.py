@@ -94,8 +94,8 @@ class RecordCommand:
         spill = Spill(spill_path(self.output))
         try:
             recording = record(self.request, probe_plan, self._attached, spill)
-            if spill.failed is not None:
-                raise ProfinferError(f"{spill.failed}: no trace written")
+            if (failed := spill.finish()) is not None:
+                raise ProfinferError(f"{failed}: no trace written")
             stream = TraceStream(self.output)
             try:
                 for drained in spill.drains():

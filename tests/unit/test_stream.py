@@ -151,6 +151,7 @@ def test_the_records_kept_on_disk_come_back_drain_by_drain(tmp_path: Path) -> No
     spill = Spill(spill_path(tmp_path / "run.pftrace"))
     for drained in drains:
         assert spill(drained, rec.run) is None
+    assert spill.finish() is None
     back = list(spill.drains())
     assert len(back) == len(drains)
     for got, sent in zip(back, drains, strict=True):
