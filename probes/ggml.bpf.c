@@ -7,8 +7,8 @@
 // numpy array (profinfer_perfetto/capture/ringbuf.py).
 //
 // The probe ABI is defined in profinfer_perfetto/capture/events.py, not here: capture/abi.py
-// defines before this text the event kinds (EV_*), token entries (TOKEN_*), ring indices
-// (RING_*, N_RINGS), N_SRC (sources described per node), MAX_COUNTERS, HIST_BUCKETS, the
+// defines before this text the event kinds (EV_*), backends (BACKEND_*), token entries
+// (TOKEN_*), ring indices (RING_*, N_RINGS), N_SRC (sources described per node), MAX_COUNTERS, HIST_BUCKETS, the
 // llama_batch offsets (BATCH_N_TOKENS, BATCH_POS, BATCH_SEQ_ID) and BATCH_SCAN, and
 // checks after it, at compile time, that struct event, src, node and op_stats have the layout
 // of their numpy dtypes.
@@ -18,6 +18,12 @@
 //                    offsets in ggml_tensor (derived from the build: capture/ggml.py)
 //   T_N_SRC          sources a ggml_tensor has (GGML_MAX_SRC)
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
+//   BLAS             1: the BLAS backend's graph splits are probed (blas_graph_begin, blas_call)
+//   CGRAPH_NODES     offset of the nodes array in ggml_cgraph
+//   OP_MUL_MAT OP_OUT_PROD  the op ids the BLAS backend runs (with cblas_sgemm)
+//   MAX_BLAS_NODES MAX_BLAS_OPS  a BLAS graph split's nodes looked at, and the MUL_MAT and
+//                    OUT_PROD nodes among them described (a power of two): a bigger split is
+//                    traced as a graph without ops
 //   BATCH_EXT_TOKENS BATCH_EXT_TOKEN_SIZE                    llama_batch_ext's token vector
 //   BATCH_EXT_POS BATCH_EXT_SEQ_IDS    a token's positions and sequence id set (0: unknown)
 //   OP_MUL_MAT_ID OP_ADD_ID  their op ids, -1 for none; a build with MUL_MAT_ID has its
@@ -545,6 +551,78 @@ int graph_begin(struct pt_regs *ctx) {
     submit(e);
     return 0;
 }
+
+#if BLAS
+struct blas_split {
+    u64 node[MAX_BLAS_OPS];
+};
+BPF_PERCPU_ARRAY(blas_scratch, struct blas_split, 1);
+
+// ggml_backend_blas_graph_compute(backend, cgraph): a graph split the BLAS backend runs on the
+// calling thread. Its MUL_MAT and OUT_PROD nodes run one after another, each as one or more
+// cblas_sgemm calls (blas_call), so the nodes are sent here, in order; user space cuts the
+// split into ops at the calls' returns (model/backends.py). At most MAX_BLAS_OPS of them are
+// described (the verifier follows every describe()); a split with more is sent without its
+// nodes.
+int blas_graph_begin(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+    const u8 *cgraph = (const u8 *)PT_REGS_PARM2(ctx);
+    int n_nodes = 0;
+    const u8 *const *nodes = 0;
+    bpf_probe_read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
+    bpf_probe_read_user(&nodes, 8, cgraph + CGRAPH_NODES);
+    struct event *e = begin_event(EV_GRAPH_BEGIN);
+    if (!e)
+        return 0;
+    e->arg0 = (u64)cgraph;
+    e->arg1 = (u32)n_nodes | ((u64)1 << 32);  // one thread: the caller's
+    e->aux = BACKEND_BLAS;
+    u64 ts = e->ts;
+    submit(e);
+    int zero = 0;
+    struct blas_split *split = blas_scratch.lookup(&zero);
+    if (!split || n_nodes > MAX_BLAS_NODES)
+        return 0;
+    int found = 0;
+#pragma nounroll
+    for (int i = 0; i < MAX_BLAS_NODES && i < n_nodes; i++) {
+        const u8 *node = 0;
+        u32 op = 0;
+        bpf_probe_read_user(&node, 8, nodes + i);
+        if (!node || bpf_probe_read_user(&op, 4, node + T_OP) != 0)
+            continue;
+        if (op != (u32)OP_MUL_MAT && op != (u32)OP_OUT_PROD)
+            continue;
+        if (found == MAX_BLAS_OPS)
+            return 0;
+        split->node[found & (MAX_BLAS_OPS - 1)] = (u64)node;
+        found++;
+    }
+#pragma nounroll
+    for (int k = 0; k < MAX_BLAS_OPS && k < found; k++) {
+        struct event *n = begin_event(EV_BLAS_NODE);
+        if (!n)
+            return 0;
+        n->ts = ts;
+        n->arg0 = split->node[k];
+        n->aux = k;
+        submit(n);
+        describe(ts, (const void *)split->node[k]);
+    }
+    return 0;
+}
+
+// A return of cblas_sgemm: in a BLAS graph split, the end of one plane of its current node.
+int blas_call(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+    struct event *e = begin_event(EV_BLAS_CALL);
+    if (e)
+        submit(e);
+    return 0;
+}
+#endif
 
 // A return of a graph or token function, with its return value.
 static __always_inline int returned(struct pt_regs *ctx, u8 kind) {

@@ -84,8 +84,13 @@ def bindings_python() -> Path:
     return BINDINGS / "bin" / "python"
 
 
+BLAS_CMAKE_FLAGS = ("-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS")
+"""The "blas" build: the shared build with ggml's BLAS backend, on Debian's OpenBLAS."""
+
+
 def bin_dir(build: str = "shared") -> Path:
-    """The tools of a build: "shared" (libggml-*.so beside them) or "static" (one executable)."""
+    """The tools of a build: "shared" (libggml-*.so beside them), "static" (one executable) or
+    "blas" (shared, with the BLAS backend)."""
     return LLAMA_DIR / f"build-{build}" / "bin"
 
 
@@ -108,12 +113,13 @@ def variables() -> dict[str, Path | str]:
         "BINDINGS": BINDINGS,
         "MODELS": MODELS,
         "LLAMA_CMAKE_FLAGS": " ".join(VERSIONS[LLAMA_CPP_PYTHON_VERSION].cmake_flags),
+        "LLAMA_BLAS_CMAKE_FLAGS": " ".join(BLAS_CMAKE_FLAGS),
         "LLAMA_OLD_VERSION": OLD_VERSION,
         "LLAMA_OLD_DIR": VERSIONS[OLD_VERSION].dir,
         "LLAMA_OLD_TOOL": VERSIONS[OLD_VERSION].tool,
         "LLAMA_OLD_CMAKE_FLAGS": " ".join(VERSIONS[OLD_VERSION].cmake_flags),
     }
-    for build in ("shared", "static"):
+    for build in ("shared", "static", "blas"):
         out[f"LLAMA_{build.upper()}_BIN"] = bin_dir(build)
     for name in ("tiny-llama", "tiny-qwen3moe", "tiny-mixtral", "medium-llama",
                  "medium-qwen3moe", "gemma-3-270m"):

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up a Debian 12 machine (as root) for profinfer-perfetto, idempotently:
-#   1. Debian packages: BCC, kernel headers, bpftrace, binutils, a C++ toolchain, graphviz
+#   1. Debian packages: BCC, kernel headers, bpftrace, binutils, a C++ toolchain, graphviz,
+#      OpenBLAS
 #   2. what BCC needs at run time: the headers link for the running kernel, tracefs
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
-#   4. llama.cpp tools from the llama-cpp-python sdist, shared and static builds, and an
+#   4. llama.cpp tools from the llama-cpp-python sdist, shared, static and BLAS builds, and an
 #      older version's shared build for the version matrix (cached); the sdist's wheel in a
 #      venv of its own (llama.cpp loaded by Python)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
@@ -15,7 +16,7 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # 1. Debian packages (only when one is missing).
 packages=(bpfcc-tools python3-bpfcc python3-venv linux-headers-amd64 bpftrace binutils
-          cmake g++ make libgomp1 ca-certificates numactl graphviz)
+          cmake g++ make libgomp1 ca-certificates numactl graphviz libopenblas-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -52,7 +53,8 @@ ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 eval "$(.venv/bin/python scripts/assets.py)"
 
 # 4. llama.cpp from the llama-cpp-python sdist: its tools, unstripped. The current version in
-#    two builds; an older one (the version matrix, scripts/assets.py) shared only, niced.
+#    three builds (shared, static, and shared with the BLAS backend on OpenBLAS); an older one
+#    (the version matrix, scripts/assets.py) shared only, niced.
 fetch_llama() {  # fetch_llama VERSION DIR: the sdist's vendored llama.cpp in DIR/src
     local version=$1 src="$2/src" tmp
     if [ -f "$src/CMakeLists.txt" ]; then return; fi
@@ -89,6 +91,8 @@ fetch_llama "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_DIR"
 build_llama "$LLAMA_DIR" shared ON "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" \
     llama-completion llama-cli llama-bench llama-server llama-eval-callback
 build_llama "$LLAMA_DIR" static OFF "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" llama-completion
+build_llama "$LLAMA_DIR" blas ON "$LLAMA_CMAKE_FLAGS $LLAMA_BLAS_CMAKE_FLAGS" 0 "$(nproc)" \
+    llama-completion llama-bench
 fetch_llama "$LLAMA_OLD_VERSION" "$LLAMA_OLD_DIR"
 build_llama "$LLAMA_OLD_DIR" shared ON "$LLAMA_OLD_CMAKE_FLAGS" 19 2 \
     "$LLAMA_OLD_TOOL" llama-bench

@@ -32,6 +32,7 @@ from profinfer_perfetto.capture.events import (
     SCHED,
     SRC,
     STOP,
+    Backend,
     Kind,
     Ring,
     SchedKind,
@@ -52,6 +53,7 @@ def constants() -> dict[str, int]:
     """Every name the probes and user space must agree on, with its value."""
     return {
         **{f"EV_{kind.name}": kind.value for kind in Kind},
+        **{f"BACKEND_{backend.name}": backend.value for backend in Backend},
         **{f"TOKEN_{entry.name}": entry.value for entry in TokenEntry},
         **{f"RING_{ring.name}": ring.value for ring in Ring},
         **{f"STOP_{reason.name}": reason.value for reason in StopReason},

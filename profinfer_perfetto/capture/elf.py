@@ -105,6 +105,15 @@ class ElfFile:
                     found.update(self._read_symbols(sec))
         return found
 
+    def function_named(self, name: str) -> str | None:
+        """The symbol of function `name`: a C one, or a C++ file-local one (`static` in a .cpp
+        file, mangled `_ZL<length><name><parameters>`), as `.symtab` keeps them."""
+        if name in self.symbols:
+            return name
+        prefix = f"_ZL{len(name)}{name}"
+        return next((s for s in self.symbols
+                     if s.startswith(prefix) and not s.endswith(".cold")), None)
+
     def _read_symbols(self, sec: tuple[int, ...]) -> dict[str, Symbol]:
         _, _, _, _, offset, size, link, _, _, entsize = sec
         strtab = self._sections[link]

@@ -28,6 +28,17 @@ class Kind(IntEnum):
     BARRIER = 6
     OP_SKIP = 7
     """An op the --ops filter left out: it only ends the previous op's barrier wait."""
+    BLAS_NODE = 8
+    """A MUL_MAT or OUT_PROD node of a BLAS graph split, sent (in order) as the split begins."""
+    BLAS_CALL = 9
+    """A return of cblas_sgemm: one plane of a BLAS node done."""
+
+
+class Backend(IntEnum):
+    """Which backend ran a graph (a GRAPH_BEGIN's aux)."""
+
+    CPU = 0
+    BLAS = 1
 
 
 BATCH_SCAN = 2048

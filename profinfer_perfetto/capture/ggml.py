@@ -64,6 +64,10 @@ class RuntimeLayout:
     """A llama_batch_ext token's first position; 0 where not found."""
     batch_ext_seq_ids: int = 0
     """A llama_batch_ext token's std::unordered_set of sequence ids; 0 where not found."""
+    cgraph_nodes: int = 0
+    """ggml_cgraph's nodes array (`ggml_graph_node` reads it); 0 where not found."""
+    blas_backend: str = ""
+    """The name the BLAS backend gives itself (ggml_backend_blas_get_name); "" without one."""
 
 
 @dataclass(frozen=True)
@@ -309,12 +313,27 @@ def _runtime_layout(r: _Reader) -> RuntimeLayout:
         seq_ids = _token_field(r, "llama_batch_ext token seq_ids", SEQ_ADDER, token_size, lea=True)
     return RuntimeLayout(
         cgraph_n_nodes=_offset(r, "cgraph.n_nodes", "ggml_graph_n_nodes", "read n_nodes"),
+        cgraph_nodes=(_offset(r, "cgraph.nodes", "ggml_graph_node", "read the nodes array",
+                              want=lambda a: a.insn.size == 8)
+                      if r.defines("ggml_graph_node") else 0),
+        blas_backend=_blas_name(r),
         cplan_n_threads=n_threads,
         batch_ext_tokens=tokens,
         batch_ext_token_size=token_size,
         batch_ext_pos=pos,
         batch_ext_seq_ids=seq_ids,
     )
+
+
+BLAS_NAME = "ggml_backend_blas_get_name"
+
+
+def _blas_name(r: _Reader) -> str:
+    """The BLAS backend's own name, from the string its get_name returns; "" without one."""
+    symbol = next((s for f in r.files if (s := f.function_named(BLAS_NAME))), None)
+    if symbol is None:
+        return ""
+    return _returned_string(r, symbol)
 
 
 POS_SETTER = "_ZN15llama_batch_ext13set_token_posEiPKi"

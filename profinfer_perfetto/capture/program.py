@@ -24,6 +24,10 @@ USET_NODE_VALUE = 8
 """libstdc++'s hash node of an int without a cached hash: its value, after the next pointer."""
 MAX_TENSORS = 65536
 """Tensors the probes remember as described (and sum statistics for, with --aggregate)."""
+MAX_BLAS_NODES = 64
+"""Nodes of one BLAS graph split the probe looks at (llama.cpp's splits have a few)."""
+MAX_BLAS_OPS = 4
+"""Of those, the MUL_MAT and OUT_PROD nodes it describes (a power of two)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ def probe_source(name: str = "ggml.bpf.c") -> str:
 
 
 def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, selection: Selection,
-                  graph_builds: bool) -> dict[str, int | str]:
+                  graph_builds: bool, blas: bool) -> dict[str, int | str]:
     """What this recording's program is built for: the target's struct offsets, the sizes of
     the rings and tables, and the selection."""
     layout, runtime = ggml.layout, ggml.runtime
@@ -68,6 +72,12 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "T_SIZE": layout.size,
         "CGRAPH_N_NODES": runtime.cgraph_n_nodes,
         "CPLAN_N_THREADS": runtime.cplan_n_threads,
+        "BLAS": int(blas),
+        "CGRAPH_NODES": runtime.cgraph_nodes,
+        "OP_MUL_MAT": ggml.op_id("MUL_MAT"),
+        "OP_OUT_PROD": ggml.op_id("OUT_PROD"),
+        "MAX_BLAS_NODES": MAX_BLAS_NODES,
+        "MAX_BLAS_OPS": MAX_BLAS_OPS,
         "BATCH_EXT_TOKENS": runtime.batch_ext_tokens,
         "BATCH_EXT_TOKEN_SIZE": runtime.batch_ext_token_size,
         "BATCH_EXT_POS": runtime.batch_ext_pos,
@@ -95,7 +105,7 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
 
 
 def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
-                 selection: Selection, graph_builds: bool) -> str:
+                 selection: Selection, graph_builds: bool, blas: bool = False) -> str:
     """The exact program BCC compiles (and `record --ebpf` prints)."""
-    build = _build_defines(ggml, counters, rings, selection, graph_builds)
+    build = _build_defines(ggml, counters, rings, selection, graph_builds, blas)
     return abi.c_defines(build) + abi.header() + probe_source() + abi.layout_checks()

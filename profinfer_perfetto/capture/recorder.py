@@ -333,13 +333,17 @@ def _sched_probes(request: RecordRequest, pid: int
         yield probes, None
 
 
+def program_of(request: RecordRequest, probe_plan: ProbePlan) -> str:
+    """The BPF program a recording compiles (and `record --ebpf` prints)."""
+    return program_text(probe_plan.ggml, list(request.counters), request.rings,
+                        request.selection, probe_plan.sees_graph_builds, probe_plan.traces_blas)
+
+
 def _session(request: RecordRequest, probe_plan: ProbePlan) -> ProbeSession:
     selection = request.selection
     traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
-    text = program_text(probe_plan.ggml, list(request.counters), request.rings, selection,
-                        probe_plan.sees_graph_builds)
-    return ProbeSession(text, list(request.counters), request.rings, traced_ops,
-                        steered=selection.detach)
+    return ProbeSession(program_of(request, probe_plan), list(request.counters), request.rings,
+                        traced_ops, steered=selection.detach)
 
 
 def _attach(session: ProbeSession, selection: Selection, probe_plan: ProbePlan,

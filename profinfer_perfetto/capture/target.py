@@ -32,6 +32,10 @@ ALLOC_SYMBOL = "ggml_gallocr_alloc_graph"
 BARRIER_SYMBOLS = ("ggml_barrier", "GOMP_barrier")
 LOADER_SYMBOL = "_dl_debug_state"
 """The dynamic loader's hook for debuggers, called around every change to the objects mapped."""
+BLAS_GRAPH = "ggml_backend_blas_graph_compute"
+"""The BLAS backend's graph loop (a file-local C++ function, found through `.symtab`)."""
+BLAS_CALL = "cblas_sgemm"
+"""What the BLAS backend's MUL_MAT and OUT_PROD nodes call, in any CBLAS library."""
 TOKEN_SYMBOLS = {"llama_decode": "decode_begin", "llama_encode": "encode_begin",
                  "llama_process": "process_begin"}
 
@@ -53,6 +57,11 @@ class ProbePlan:
     ggml: GgmlInfo
     notes: tuple[str, ...]
     """What the plan could not do on this build, in a sentence each (shown in the summary)."""
+
+    @property
+    def traces_blas(self) -> bool:
+        """Whether the BLAS backend's graph splits are probed."""
+        return any(p.fn == "blas_graph_begin" for p in self.probes)
 
     @property
     def sees_graph_builds(self) -> bool:
@@ -128,15 +137,37 @@ def _defining(files: list[ElfFile], symbol: str) -> ElfFile | None:
     return next((f for f in files if symbol in f.symbols), None)
 
 
+def _entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
+    return Probe(fn, f.path, f.file_offset(f.symbols[symbol].vaddr), symbol, ret)
+
+
+def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:
+    """The BLAS backend's graph splits, and the cblas_sgemm returns that cut them into ops."""
+    found = next(((f, s) for f in files if (s := f.function_named(BLAS_GRAPH))), None)
+    if found is None:
+        return []
+    graph_file, symbol = found
+    if not ggml.runtime.cgraph_nodes:
+        notes.append("the BLAS backend's graphs are not traced: this build has no "
+                     "ggml_graph_node to say where a graph keeps its nodes")
+        return []
+    probes = [_entry(graph_file, symbol, "blas_graph_begin"),
+              _entry(graph_file, symbol, "graph_end", ret=True)]
+    call_file = _defining(files, BLAS_CALL)
+    if call_file is None:
+        notes.append(f"no {BLAS_CALL} in the target's libraries: the BLAS backend's graphs are "
+                     "traced without their ops")
+    else:
+        probes.append(_entry(call_file, BLAS_CALL, "blas_call", ret=True))
+    return probes
+
+
 def plan_probes(objects: list[Path]) -> ProbePlan:
     """Find every probed function in the target's files; refuse if the runtime is not there."""
     files = [ElfFile(p) for p in dict.fromkeys(objects) if p.exists()]
     names = [str(objects[0])] + [f.path.name for f in files[1:]]
     probes: list[Probe] = []
     notes: list[str] = []
-
-    def entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
-        return Probe(fn, f.path, f.file_offset(f.symbols[symbol].vaddr), symbol, ret)
 
     def require(symbol: str) -> ElfFile:
         found = _defining(files, symbol)
@@ -159,12 +190,12 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
                              "is this a ggml CPU build with symbols (not stripped of them)?")
     graph_file = require(GRAPH_SYMBOL)
     ggml = read_ggml_info(files)
-    probes.append(entry(op_file, op_symbol, "op_begin"))
-    probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
-    probes.append(entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
+    probes.append(_entry(op_file, op_symbol, "op_begin"))
+    probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
+    probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
     alloc_file = _defining(files, ALLOC_SYMBOL)
     if alloc_file is not None:
-        probes.append(entry(alloc_file, ALLOC_SYMBOL, "graph_alloc"))
+        probes.append(_entry(alloc_file, ALLOC_SYMBOL, "graph_alloc"))
 
     sites = op_file.call_sites(op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL))
     for callee, addrs in sites.items():
@@ -179,7 +210,7 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
             "barrier wait is counted as op time"
         )
     if not sites[FUSED_SYMBOL] and FUSED_SYMBOL in op_file.symbols:
-        probes.append(entry(op_file, FUSED_SYMBOL, "fused_op_begin"))
+        probes.append(_entry(op_file, FUSED_SYMBOL, "fused_op_begin"))
 
     for symbol, fn in TOKEN_SYMBOLS.items():
         token_file = _defining(files, symbol)
@@ -187,8 +218,9 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
             notes.append("llama_process is there but llama_batch_ext's layout could not be read "
                          "(no llama_batch_ext::set_token_id): its token steps are not traced")
         elif token_file is not None:
-            probes.append(entry(token_file, symbol, fn))
-            probes.append(entry(token_file, symbol, "token_end", ret=True))
+            probes.append(_entry(token_file, symbol, fn))
+            probes.append(_entry(token_file, symbol, "token_end", ret=True))
+    probes += _blas_probes(files, ggml, notes)
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
         notes.append("no llama_decode in the target: no token steps, graphs only")
     return ProbePlan(tuple(probes), ggml, tuple(notes))

@@ -9,8 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.program import program_text
-from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, require_root
+from profinfer_perfetto.capture.recorder import (
+    RecordRequest,
+    plan,
+    program_of,
+    record,
+    require_root,
+)
 from profinfer_perfetto.capture.sched import sched_text
 from profinfer_perfetto.capture.spill import Spill, spill_path
 from profinfer_perfetto.capture.target import ProbePlan
@@ -44,9 +49,7 @@ class RecordCommand:
                     "interpreter or a dlopened backend loads it when it runs): give --lib with "
                     "the library that defines the ops to print the program for it")
             request = self.request
-            text = program_text(probe_plan.ggml, list(request.counters), request.rings,
-                                request.selection, probe_plan.sees_graph_builds)
-            sys.stdout.write(text)
+            sys.stdout.write(program_of(request, probe_plan))
             if request.sched:
                 sys.stdout.write("// --sched: the sched program, on the sched_switch and "
                                  "sched_waking tracepoints\n" + sched_text(os.cpu_count() or 1))

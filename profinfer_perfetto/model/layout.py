@@ -19,6 +19,7 @@ import numpy.typing as npt
 from profinfer_perfetto import __version__
 from profinfer_perfetto.capture.sched import Scheduling
 from profinfer_perfetto.model.aggregate import op_type_series
+from profinfer_perfetto.model.backends import backend_name
 from profinfer_perfetto.model.names import (
     CPU_ARG,
     GENERATE_SLICE,
@@ -360,8 +361,10 @@ class _LayoutBuilder:
         model, gr = self.model, self.model.graphs
         first_step, first_graph = model.cont.first_step, model.cont.first_graph
         step = [s if s < 0 else first_step + s for s in model.tokens.containing(gr.begin).tolist()]
+        backends = [backend_name(model.run.ggml, b) for b in gr.aux.tolist()]
         args = np.array([
-            self.arg_set((("graph", first_graph + i), ("backend", "CPU"), ("token_step", step[i]),
+            self.arg_set((("graph", first_graph + i), ("backend", backends[i]),
+                          ("token_step", step[i]),
                           ("n_nodes", int(gr.arg1[i] & 0xFFFFFFFF)),
                           ("n_threads", int(gr.arg1[i] >> 32)),
                           ("complete", bool(gr.complete[i]))))
@@ -371,11 +374,11 @@ class _LayoutBuilder:
         shown |= set(zip(model.ops.tid.tolist(), model.ops.graph.tolist(), strict=True))
         tid, graph = np.array(sorted(shown), np.int64).reshape(-1, 2).T
         depth = np.isin(tid, model.tokens.tid).astype(np.int64)
-        name = self.strings(graph_slice("CPU"))
+        name = np.array([self.strings(graph_slice(b)) for b in backends], np.int64)
         for d in (0, 1):
             sel = depth == d
             self.rows.slices([thread[t] for t in tid[sel].tolist()], gr.begin[graph[sel]],
-                             gr.end[graph[sel]], d, name, args[graph[sel]])
+                             gr.end[graph[sel]], d, name[graph[sel]], args[graph[sel]])
 
     def ops(self, thread: dict[int, int], caller: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Op slices, then their barrier waits, one level below their graph.

@@ -32,6 +32,8 @@ from profinfer_perfetto.capture.events import (
 )
 from profinfer_perfetto.capture.recorder import Recording, Run
 from profinfer_perfetto.capture.sched import Scheduling
+from profinfer_perfetto.model.backends import blas_ops
+from profinfer_perfetto.model.lookup import last_descriptor, latest
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(1 << 63)
@@ -285,34 +287,6 @@ def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
     )
 
 
-def _latest(group: np.ndarray, at: np.ndarray, q_group: np.ndarray, q_at: np.ndarray,
-            before: bool = False) -> np.ndarray:
-    """For each query (q_group, q_at), the index of the entry of the same group with the
-    greatest `at` no later than q_at (`before`: earlier than it), the last one of equals; -1
-    for none. One sorted key for all: `at` within its group's own range of the number line."""
-    if len(group) == 0 or len(q_group) == 0:
-        return np.full(len(q_group), -1, np.int64)
-    _, dense = np.unique(np.concatenate([group, q_group]), return_inverse=True)
-    dense = dense.reshape(-1).astype(np.int64)
-    at, q_at = at.astype(np.int64), q_at.astype(np.int64)
-    origin = int(min(at.min(), q_at.min()))
-    span = int(max(at.max(), q_at.max())) - origin + 1
-    if span * (int(dense.max()) + 1) >= 1 << 62:
-        raise ValueError("recording too long to index")
-    key = dense[:len(group)] * span + (at - origin)
-    order = np.argsort(key, kind="stable")
-    query = dense[len(group):] * span + (q_at - origin)
-    pos = np.searchsorted(key[order], query, side="left" if before else "right") - 1
-    found = order[np.maximum(pos, 0)]
-    return np.where((pos >= 0) & (dense[found] == dense[len(group):]), found, -1)
-
-
-def _last_descriptor(descriptors: np.ndarray, ptrs: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each (tensor, time), the index of the last descriptor of that tensor sent at or
-    before that time; -1 for none."""
-    return _latest(descriptors["ptr"], descriptors["ts"], ptrs, at)
-
-
 def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
     """For each row, the index of the latest row at or before it that is a begin (-1: none)."""
     idx = np.where(is_begin, np.arange(len(is_begin)), -1)
@@ -322,7 +296,7 @@ def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
 def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     """Index of the node with this (graph, tensor address), -1 if none was described (the last
     one where a graph computed a tensor twice)."""
-    found = _latest(nodes.raw["ptr"], nodes.graph, ptr, graph)
+    found = latest(nodes.raw["ptr"], nodes.graph, ptr, graph)
     same = found >= 0
     same[same] = nodes.graph[found[same]] == graph[same]
     return np.where(same, found, -1)
@@ -336,7 +310,7 @@ def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
     src_ptr, src_view = raw["src"]["ptr"], raw["src"]["view_src"]
     reader, slot = np.nonzero(src_ptr)
     read = np.where(src_view[reader, slot] != 0, src_view[reader, slot], src_ptr[reader, slot])
-    producer = _latest(storage, np.arange(n), read, reader, before=True)
+    producer = latest(storage, np.arange(n), read, reader, before=True)
     found = producer >= 0
     found[found] = nodes.graph[producer[found]] == nodes.graph[reader[found]]
     # A fused pair is one op: edges of its second node belong to its first.
@@ -351,7 +325,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     """The model of a recording (of a whole run, or of a chunk that continues `cont`)."""
     events = recording.events
     order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
-    events = events[order]
+    events, uncut = blas_ops(events[order], recording.nodes, recording.run.ggml)
     tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, recording.run.end_ns)
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, recording.run.end_ns)
 
@@ -364,7 +338,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     at = np.repeat(executed["ts"], 2)
     keep = ptrs != 0
     ptrs, at = ptrs[keep], at[keep]
-    described = _last_descriptor(recording.nodes, ptrs, at)
+    described = last_descriptor(recording.nodes, ptrs, at)
     node_graph = graphs.containing(at)
     ok = (described >= 0) & (node_graph >= 0)
     raw = recording.nodes[described[ok]].copy()
@@ -462,7 +436,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
         event_count=len(recording.events),
         op_stats=recording.op_stats,
         descriptors=recording.nodes,
-        dropped_ops=dropped + int(np.count_nonzero(~known & traced)),
+        dropped_ops=dropped + uncut + int(np.count_nonzero(~known & traced)),
         routing=_routing(recording.routes, nodes, ops,
                          {recording.run.ggml.op_id(op) for op in MOE_OPS} - {-1}),
         sched=recording.sched,

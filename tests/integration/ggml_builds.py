@@ -21,6 +21,9 @@ class Build:
     """name:block/size of each type, separated by semicolons (names may hold commas)."""
 
 
+CGRAPH_NODES = 16
+"""ggml_cgraph's nodes array: after three ints (size, n_nodes, n_leafs), in every build since
+2024 (ggml-impl.h declares the struct; it is internal, so no ctypes offsetof reaches it)."""
 _LAYOUT_2025 = TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=152,
                            n_src=10, view_src=232, data=248, name=256, name_len=64, size=336)
 """struct ggml_tensor of every build from mid-2025 on (compiled offsetof)."""
@@ -44,7 +47,7 @@ BUILDS = {
     "0.3.2": Build(
         layout=TensorLayout(type=0, ne=16, nb=48, op=80, op_params=84, flags=148, src=160, n_src=10,
                             view_src=240, data=256, name=264, name_len=64, size=336),
-        runtime=RuntimeLayout(4, 16, 0, 0),
+        runtime=RuntimeLayout(4, 16, 0, 0, cgraph_nodes=CGRAPH_NODES),
         version="unknown",
         ops=(
             "NONE DUP ADD ADD1 ACC SUB MUL DIV SQR SQRT LOG SIN COS SUM SUM_ROWS MEAN ARGMAX "
@@ -77,7 +80,7 @@ BUILDS = {
     ),
     "0.3.14": Build(
         layout=_LAYOUT_2025,
-        runtime=RuntimeLayout(4, 16, 0, 0),
+        runtime=RuntimeLayout(4, 16, 0, 0, cgraph_nodes=CGRAPH_NODES),
         version="0.0.0",
         ops=(
             "NONE DUP ADD ADD1 ACC SUB MUL DIV SQR SQRT LOG SIN COS SUM SUM_ROWS MEAN ARGMAX "
@@ -103,7 +106,7 @@ BUILDS = {
     ),
     "0.3.19": Build(
         layout=_LAYOUT_2025,
-        runtime=RuntimeLayout(4, 16, 0, 0),
+        runtime=RuntimeLayout(4, 16, 0, 0, cgraph_nodes=CGRAPH_NODES),
         version="0.9.8",
         ops=(
             "NONE DUP ADD ADD_ID ADD1 ACC SUB MUL DIV SQR SQRT LOG SIN COS SUM SUM_ROWS "
@@ -133,7 +136,8 @@ BUILDS = {
     ),
     "0.3.36": Build(
         layout=_LAYOUT_2025,
-        runtime=RuntimeLayout(4, 16, 64, 96, batch_ext_pos=80, batch_ext_seq_ids=24),
+        runtime=RuntimeLayout(4, 16, 64, 96, batch_ext_pos=80, batch_ext_seq_ids=24,
+                              cgraph_nodes=CGRAPH_NODES),
         version="0.25.3",
         ops=(
             "NONE DUP ADD ADD_ID ADD1 ACC SUB MUL DIV SQR SQRT LOG SIN COS SUM SUM_ROWS "

@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Kind
+from profinfer_perfetto.capture.events import EVENT, NODE, UNKNOWN_POS, Backend, Kind
+from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
 from profinfer_perfetto.model.work import op_work
 from tests import synthetic
@@ -87,3 +88,40 @@ def test_set_rows_is_the_rows_it_writes_not_its_whole_destination() -> None:
     flops, nbytes = op_work(ggml, node)
     assert flops == 512
     assert nbytes == 2 * 512 * 4 + ggml.nbytes(0, 2)
+
+
+def _blas_split(calls: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A BLAS graph split (100..1000 ns) of two matmuls, the first of two planes, with the
+    cblas_sgemm returns at `calls`; and the two nodes' descriptors."""
+    e = synthetic._event
+    events = [e(100, Kind.GRAPH_BEGIN, synthetic.MAIN, aux=Backend.BLAS, counter=7),
+              e(100, Kind.BLAS_NODE, synthetic.MAIN, arg0=synthetic.UP),
+              e(100, Kind.BLAS_NODE, synthetic.MAIN, arg0=synthetic.OUT),
+              *(e(t, Kind.BLAS_CALL, synthetic.MAIN, counter=t) for t in calls),
+              e(1_000, Kind.GRAPH_END, synthetic.MAIN)]
+    nodes = [synthetic._node(100, synthetic.UP, "MUL_MAT", "up", (64, 4, 2, 1), []),
+             synthetic._node(100, synthetic.OUT, "MUL_MAT", "out", (64, 4, 1, 1), [])]
+    return np.array(events, EVENT), np.array(nodes, NODE)
+
+
+def test_a_blas_split_is_cut_into_ops_at_each_nodes_last_call() -> None:
+    """A node's op runs from the previous one's end (the split's begin) to the return of its
+    last plane's cblas_sgemm, with the counters read at those moments."""
+    events, nodes = _blas_split([200, 300, 450])
+    out, dropped = blas_ops(events, nodes, synthetic.GGML)
+    assert dropped == 0
+    got = [(int(r["ts"]), Kind(r["kind"]), int(r["arg0"]), int(r["counter"][0]),
+            int(r["ith"]), int(r["aux"])) for r in out]
+    assert got == [(100, Kind.GRAPH_BEGIN, 0, 7, 0, Backend.BLAS),
+                   (100, Kind.OP_BEGIN, synthetic.UP, 7, 0, 1),
+                   (300, Kind.BARRIER, 0, 300, 0, 0),
+                   (300, Kind.OP_BEGIN, synthetic.OUT, 300, 0, 1),
+                   (450, Kind.BARRIER, 0, 450, 0, 0),
+                   (1_000, Kind.GRAPH_END, 0, 0, 0, 0)]
+
+
+def test_a_blas_split_whose_calls_do_not_add_up_keeps_no_ops() -> None:
+    events, nodes = _blas_split([200, 450])
+    out, dropped = blas_ops(events, nodes, synthetic.GGML)
+    assert dropped == 2
+    assert [Kind(k) for k in out["kind"]] == [Kind.GRAPH_BEGIN, Kind.GRAPH_END]

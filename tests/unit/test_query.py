@@ -98,7 +98,7 @@ B = ["--engine", "builtin"]
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([str(TRACE), "op_sumary", *B], "unknown metric 'op_sumary' (known: counters, graph_"),
+        ([str(TRACE), "op_sumary", *B], "unknown metric 'op_sumary' (known: backend_split, "),
         (["/nonexistent.pftrace", "op_summary", *B], "no trace at /nonexistent.pftrace"),
         (["/tmp/none-*.pftrace", "op_summary", *B], "no trace matches /tmp/none-*.pftrace"),
         ([str(TRACE), "--sql", "select * from nope", *B], "SQL error: no such table: nope"),

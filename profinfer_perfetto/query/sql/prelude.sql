@@ -14,8 +14,11 @@
 --   profinfer_op     one row per op slice (one thread's share of a node): ts, dur (work),
 --                    wait (its barrier wait), tid, graph, step, phase, node, op, subop,
 --                    tensor, role, layer, dtype, src0_dtype, flops, bytes, arg_set_id
---   profinfer_node   one row per graph node: ts (first thread's start), dur (to the last
---                    thread's end), work, slowest, fastest, wait (summed over threads), threads
+--   profinfer_node   one row per graph node: graph, node, step, phase, backend (its graph's),
+--                    op, role, layer, tensor, dtype, src0_dtype, src0 (type and shape of its
+--                    first source: a matmul's weights), flops, bytes, threads, ts (first
+--                    thread's start), dur (to the last thread's end), work, slowest, fastest,
+--                    wait (summed over threads)
 --   profinfer_kv_point  one row per attention node (FLASH_ATTN_EXT, SOFT_MAX, or a kq, kqv,
 --                    kq_soft_max or kq_mask role) of a one-sequence decode step with a known KV
 --                    length: op, role, layer, kv_len (pos + n_tokens, real), dur (real)
@@ -72,6 +75,7 @@ SELECT
   MAX(CASE WHEN key = 'debug.node' THEN int_value END) AS node,
   MAX(CASE WHEN key = 'debug.dtype' THEN string_value END) AS dtype,
   MAX(CASE WHEN key = 'debug.src0_dtype' THEN string_value END) AS src0_dtype,
+  MAX(CASE WHEN key = 'debug.src0' THEN string_value END) AS src0,
   MAX(CASE WHEN key = 'debug.flops' THEN int_value END) AS flops,
   MAX(CASE WHEN key = 'debug.bytes' THEN int_value END) AS bytes,
   MAX(CASE WHEN key = 'debug.graph' THEN int_value END) AS graph,
@@ -95,7 +99,8 @@ SELECT
   MAX(CASE WHEN key = 'debug.peak_value' THEN real_value END) AS peak_value
 FROM args
 WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.layer',
-              'debug.node', 'debug.dtype', 'debug.src0_dtype', 'debug.flops', 'debug.bytes', 'debug.graph',
+              'debug.node', 'debug.dtype', 'debug.src0_dtype', 'debug.src0', 'debug.flops',
+              'debug.bytes', 'debug.graph',
               'debug.backend', 'debug.token_step', 'debug.n_nodes', 'debug.n_threads',
               'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos',
               'debug.experts', 'debug.routed_tokens', 'debug.seq', 'debug.seq_tokens',
@@ -182,8 +187,9 @@ JOIN profinfer_slice_args a ON a.arg_set_id = n.node_args
 JOIN profinfer_graph g USING (graph);
 
 CREATE VIEW profinfer_node AS
-SELECT n.graph, n.node, g.step, g.phase, a.op, a.role, a.layer, a.tensor, a.dtype, a.src0_dtype,
-       a.flops, a.bytes, n.threads, n.ts, n.dur, n.work, n.slowest, n.fastest, w.wait
+SELECT n.graph, n.node, g.step, g.phase, g.backend, a.op, a.role, a.layer, a.tensor, a.dtype,
+       a.src0_dtype, a.src0, a.flops, a.bytes, n.threads, n.ts, n.dur, n.work, n.slowest,
+       n.fastest, w.wait
 FROM profinfer_node_times n
 JOIN profinfer_node_wait w USING (graph, node)
 JOIN profinfer_slice_args a ON a.arg_set_id = n.node_args
