@@ -1,14 +1,16 @@
 // profinfer-perfetto: uprobes on an unmodified llama.cpp / ggml CPU build.
 //
 // Two BPF ring buffers cross to user space, read in bulk without a wakeup per event:
-//   events: one fixed 56-byte record per token, graph, op and barrier boundary;
+//   events: one 40-byte record (and 8 bytes per perf counter read) per token, graph, op and
+//           barrier boundary;
 //   nodes:  one descriptor per computed graph node (from the thread with ith == 0 only).
 // Every record of a ring has the same size, so the reader parses a whole ring as one
 // numpy array (profinfer_perfetto/capture/ringbuf.py).
 //
 // The probe ABI is defined in profinfer_perfetto/capture/events.py, not here: capture/abi.py
 // defines before this text the event kinds (EV_*), backends (BACKEND_*), token entries
-// (TOKEN_*), ring indices (RING_*, N_RINGS), N_SRC (sources described per node), MAX_COUNTERS, HIST_BUCKETS, the
+// (TOKEN_*), ring indices (RING_*, N_RINGS), N_SRC (sources described per node), MAX_COUNTERS,
+// COUNTER_UNREAD (a counter slot whose read failed), HIST_BUCKETS, the
 // llama_batch offsets (BATCH_N_TOKENS, BATCH_POS, BATCH_SEQ_ID) and BATCH_SCAN, and
 // checks after it, at compile time, that struct event, src, node and op_stats have the layout
 // of their numpy dtypes.
@@ -30,7 +32,7 @@
 //                    Mixture-of-Experts routing read (struct route, ring routes)
 //   T_NB             offset of nb in ggml_tensor
 //   USET_FIRST USET_NODE_VALUE         libstdc++'s unordered_set: first node, a node's value
-//   N_COUNTERS       perf counters read with perf_read (0, 1 or 2)
+//   N_COUNTERS       perf counters read into every event (0 to MAX_COUNTERS)
 //   EVENT_PAGES NODE_PAGES  ring sizes in pages (powers of two)
 //   MAX_CPUS         size of the perf event arrays
 //   MAX_OPS MAX_THREADS MAX_TENSORS  sizes of the tables by op id, thread and tensor
@@ -55,13 +57,13 @@ struct event {
     u64 ts;
     u64 arg0;      // op: tensor; graph: cgraph; token: n_tokens (begin) or status (end)
     u64 arg1;      // fused op: second tensor; graph: n_nodes | n_threads << 32
-    u64 counter[MAX_COUNTERS];
     u32 pid;
     u32 tid;
     u16 cpu;
     u8 kind;
     u8 ith;        // op begin: the thread's index in the graph's thread pool
     u32 aux;       // op begin: pool size; token begin: TOKEN_DECODE or TOKEN_ENCODE; graph: backend id
+    u64 counter[N_COUNTERS];  // scaled totals on this CPU (none without --counter)
 };
 
 struct src {
@@ -188,12 +190,83 @@ static __always_inline void close_share(u32 tid, u64 now) {
 BPF_ARRAY(op_traced, u8, MAX_OPS);
 BPF_HASH(op_skipped, u32, u8, MAX_THREADS);  // per thread: its current op is left out
 #endif
+// The perf counters (--counter), one perf array each, read on the current CPU.
 #if N_COUNTERS > 0
 BPF_PERF_ARRAY(counter0, MAX_CPUS);
 #endif
 #if N_COUNTERS > 1
 BPF_PERF_ARRAY(counter1, MAX_CPUS);
 #endif
+#if N_COUNTERS > 2
+BPF_PERF_ARRAY(counter2, MAX_CPUS);
+#endif
+#if N_COUNTERS > 3
+BPF_PERF_ARRAY(counter3, MAX_CPUS);
+#endif
+#if N_COUNTERS > 4
+BPF_PERF_ARRAY(counter4, MAX_CPUS);
+#endif
+#if N_COUNTERS > 5
+BPF_PERF_ARRAY(counter5, MAX_CPUS);
+#endif
+#if N_COUNTERS > 6
+BPF_PERF_ARRAY(counter6, MAX_CPUS);
+#endif
+#if N_COUNTERS > 7
+BPF_PERF_ARRAY(counter7, MAX_CPUS);
+#endif
+
+// A counter's total as if it had counted all the time it was enabled: the kernel multiplexes
+// more counters than the PMU has, each counting part of the time (`perf stat` scales alike).
+// enabled/running in 1/65536ths, so that nothing overflows for hours of counting.
+static __always_inline u64 scaled(int err, struct bpf_perf_event_value *v) {
+    if (err)
+        return COUNTER_UNREAD;
+    if (v->running == 0 || v->running >= v->enabled)
+        return v->counter;
+    u64 ratio = (v->enabled << 16) / v->running;
+    return (v->counter >> 16) * ratio + (((v->counter & 0xFFFF) * ratio) >> 16);
+}
+
+// Each counter's scaled total into the event (BCC takes a map's methods only written out).
+static __always_inline void read_counters(struct event *e) {
+#if N_COUNTERS > 0
+    struct bpf_perf_event_value v = {};
+    int err = 0;
+#endif
+#if N_COUNTERS > 0
+    err = counter0.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[0] = scaled(err, &v);
+#endif
+#if N_COUNTERS > 1
+    err = counter1.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[1] = scaled(err, &v);
+#endif
+#if N_COUNTERS > 2
+    err = counter2.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[2] = scaled(err, &v);
+#endif
+#if N_COUNTERS > 3
+    err = counter3.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[3] = scaled(err, &v);
+#endif
+#if N_COUNTERS > 4
+    err = counter4.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[4] = scaled(err, &v);
+#endif
+#if N_COUNTERS > 5
+    err = counter5.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[5] = scaled(err, &v);
+#endif
+#if N_COUNTERS > 6
+    err = counter6.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[6] = scaled(err, &v);
+#endif
+#if N_COUNTERS > 7
+    err = counter7.perf_counter_value(CUR_CPU_IDENTIFIER, &v, sizeof(v));
+    e->counter[7] = scaled(err, &v);
+#endif
+}
 
 static __always_inline void count_lost(int ring) {
     u64 *n = lost.lookup(&ring);
@@ -217,16 +290,7 @@ static __always_inline struct event *begin_event(u8 kind) {
     e->aux = 0;
     e->arg0 = 0;
     e->arg1 = 0;
-#if N_COUNTERS > 0
-    e->counter[0] = counter0.perf_read(CUR_CPU_IDENTIFIER);
-#else
-    e->counter[0] = 0;
-#endif
-#if N_COUNTERS > 1
-    e->counter[1] = counter1.perf_read(CUR_CPU_IDENTIFIER);
-#else
-    e->counter[1] = 0;
-#endif
+    read_counters(e);
     return e;
 }
 

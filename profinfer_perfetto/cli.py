@@ -57,7 +57,7 @@ def record(
     ] = None,
     counter: Annotated[
         list[str] | None,
-        typer.Option(help="perf counter read at each op's start and end (up to 2): a perf "
+        typer.Option(help="perf counter read at each op's start and end (up to 8): a perf "
                      "name (cycles, task-clock, ...) or a PMU's event, PMU/EVENT/ or "
                      "PMU/FIELD=VALUE,.../; 'none' for no counter.  [default: context-switches]"),
     ] = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from profinfer_perfetto.capture.events import EVENT, NODE, Kind, TokenEntry
+from profinfer_perfetto.capture.events import NODE, Kind, TokenEntry, event_dtype
 from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout
 from profinfer_perfetto.capture.recorder import Recording, Run
 from profinfer_perfetto.machine.peaks import Peak, PeakKind
@@ -34,9 +34,13 @@ PID, MAIN, WORKER = 100, 100, 101
 WEIGHT, INPUT, UP, NORM, ATTN_NORM, VIEW, OUT = (0x1000 * i for i in range(1, 8))
 
 
+EVENT = event_dtype(1)
+"""The events of the synthetic runs, which read one counter (context-switches)."""
+
+
 def _event(ts: int, kind: Kind, tid: int, *, arg0: int = 0, arg1: int = 0, ith: int = 0,
            aux: int = 0, cpu: int = 0, counter: int = 0) -> tuple[object, ...]:
-    return (ts, arg0, arg1, (counter, 0), PID, tid, cpu, kind, ith, aux)
+    return (ts, arg0, arg1, PID, tid, cpu, kind, ith, aux, (counter,))
 
 
 def _node(ts: int, ptr: int, op: str, name: str, ne: tuple[int, ...], srcs: list[tuple[int, int]],
@@ -141,7 +145,7 @@ def decode_run(seed: int, steps: int = 40, layers: int = 6, slow: str | None = N
         ts += 1_000
         events.append(_event(ts, Kind.TOKEN_END, MAIN))
         ts += 5_000
-    events.sort(key=lambda e: (e[5], e[0]))
+    events.sort(key=lambda e: (e[4], e[0]))  # by thread, then time
     rec = recording()
     rec.events = np.array(events, EVENT)
     rec.nodes = np.array(nodes, NODE)

@@ -18,7 +18,7 @@ from profinfer_perfetto.capture.events import (
     BATCH_RUNS,
     BATCH_SCAN,
     BATCH_SLOTS,
-    EVENT,
+    COUNTER_UNREAD,
     HIST_BUCKETS,
     LLAMA_BATCH,
     MAX_COUNTERS,
@@ -38,18 +38,23 @@ from profinfer_perfetto.capture.events import (
     SchedKind,
     StopReason,
     TokenEntry,
+    event_dtype,
 )
 
-STRUCTS: Mapping[str, np.dtype] = {"event": EVENT, "src": SRC, "node": NODE, "op_stats": OP_SHARES,
-                                   "route": ROUTE, "batch": BATCH}
-"""C struct name -> the dtype that reads it (probes/ggml.bpf.c)."""
+
+def structs(counters: int) -> dict[str, np.dtype]:
+    """C struct name -> the dtype that reads it (probes/ggml.bpf.c), for a recording that reads
+    `counters` perf counters."""
+    return {"event": event_dtype(counters), "src": SRC, "node": NODE, "op_stats": OP_SHARES,
+            "route": ROUTE, "batch": BATCH}
+
 WATCH_STRUCTS: Mapping[str, np.dtype] = {"stop": STOP}
 """The same, for probes/watch.bpf.c."""
 SCHED_STRUCTS: Mapping[str, np.dtype] = {"sched_event": SCHED}
 """The same, for probes/sched.bpf.c."""
 
 
-def constants() -> dict[str, int]:
+def constants() -> dict[str, int | str]:
     """Every name the probes and user space must agree on, with its value."""
     return {
         **{f"EV_{kind.name}": kind.value for kind in Kind},
@@ -68,6 +73,7 @@ def constants() -> dict[str, int]:
         "ROUTE_CHUNKS": ROUTE_CHUNKS,
         "N_SRC": N_SRC,
         "MAX_COUNTERS": MAX_COUNTERS,
+        "COUNTER_UNREAD": f"{COUNTER_UNREAD}ULL",
         "HIST_BUCKETS": HIST_BUCKETS,
     }
 
@@ -85,7 +91,7 @@ def _assert(condition: str, fact: str) -> str:
     return f'_Static_assert({condition}, "probe ABI: capture/events.py has {fact}");\n'
 
 
-def layout_checks(structs: Mapping[str, np.dtype] = STRUCTS) -> str:
+def layout_checks(structs: Mapping[str, np.dtype]) -> str:
     """Compile-time checks that each C struct has its dtype's layout; they follow the probes'
     source, where the structs are declared."""
     lines = ["// The probe ABI: its structs have the layout of their dtypes\n"]

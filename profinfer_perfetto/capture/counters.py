@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ HARDWARE_COUNTERS = {
 }
 _PERF_TYPE_HARDWARE = 0
 _PERF_TYPE_SOFTWARE = 1
+_READ_FORMAT_AT = 32
+"""perf_event_attr.read_format, after type, size, config, sample_period and sample_type."""
+_READ_TIMES = 1 | 2
+"""PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING."""
 _PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _BPF_ENABLE_STATS = 32
@@ -134,11 +139,23 @@ _PERF_FLAG_FD_CLOEXEC = 8
 
 def counting_fd(kind: int, config: int, pid: int = -1, cpu: int = -1) -> int:
     """A perf event counting (never sampling: a PMU like msr takes no sample period, which BCC's
-    own opener sets) for a task (`pid`) or on a CPU (`pid` -1); -1 where it cannot open."""
+    own opener sets) for a task (`pid`) or on a CPU (`pid` -1), whose read() gives its value
+    and the times it was enabled and running; -1 where it cannot open."""
     attr = (ctypes.c_uint8 * 128)()
     ctypes.memmove(attr, (ctypes.c_uint32 * 2)(kind, 128), 8)
     ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(config), 8)
+    ctypes.memmove(ctypes.addressof(attr) + _READ_FORMAT_AT, (ctypes.c_uint64 * 1)(_READ_TIMES), 8)
     return _syscall(_PERF_EVENT_OPEN, attr, pid, cpu, -1, _PERF_FLAG_FD_CLOEXEC)
+
+
+def counted_share(fds: list[int]) -> float:
+    """The share of the time they were enabled that these counting fds (one counter, a CPU
+    each) counted: under 1 where the kernel multiplexed the counter with others."""
+    enabled = running = 0
+    for fd in fds:
+        _, on, counting = struct.unpack("<QQQ", os.read(fd, 24))
+        enabled, running = enabled + on, running + counting
+    return running / enabled if enabled else 1.0
 
 
 def counter_opens(counter: str) -> bool:

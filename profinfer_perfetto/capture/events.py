@@ -13,8 +13,11 @@ import numpy as np
 
 N_SRC = 6
 """Sources described per graph node."""
-MAX_COUNTERS = 2
-"""Perf counters an event carries."""
+MAX_COUNTERS = 8
+"""Perf counters a recording can read (--counter): each event carries one slot per counter
+read, so a recording without counters has the smallest events."""
+COUNTER_UNREAD = 1 << 63
+"""A counter slot whose read failed (and anything above it: a negative errno)."""
 HIST_BUCKETS = 32
 """--aggregate: log2 buckets of an op share's work time."""
 
@@ -70,20 +73,25 @@ class Ring(IntEnum):
     BATCHES = 3
 
 
-EVENT = np.dtype(
-    [
-        ("ts", "<u8"),
-        ("arg0", "<u8"),
-        ("arg1", "<u8"),
-        ("counter", "<u8", (MAX_COUNTERS,)),
-        ("pid", "<u4"),
-        ("tid", "<u4"),
-        ("cpu", "<u2"),
-        ("kind", "u1"),
-        ("ith", "u1"),
-        ("aux", "<u4"),
-    ]
-)
+def event_dtype(counters: int) -> np.dtype:
+    """The event record of a recording that reads `counters` perf counters: each counter's
+    total on the event's CPU when it was sent, scaled by the kernel's enabled / running times
+    (a counter multiplexed with others counts only part of the time)."""
+    return np.dtype(
+        [
+            ("ts", "<u8"),
+            ("arg0", "<u8"),
+            ("arg1", "<u8"),
+            ("pid", "<u4"),
+            ("tid", "<u4"),
+            ("cpu", "<u2"),
+            ("kind", "u1"),
+            ("ith", "u1"),
+            ("aux", "<u4"),
+            ("counter", "<u8", (counters,)),
+        ]
+    )
+
 
 SRC = np.dtype(
     [
@@ -200,4 +208,4 @@ step's TOKEN_BEGIN's."""
 OP_STATS = np.dtype([("node", "<u8"), *OP_SHARES.descr])
 """One row per tensor: its pointer (the map's key), then its summed shares."""
 
-assert EVENT.itemsize == 56 and NODE.itemsize == 480 and SCHED.itemsize == 56
+assert event_dtype(0).itemsize == 40 and NODE.itemsize == 480 and SCHED.itemsize == 56

@@ -108,4 +108,5 @@ def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
                  selection: Selection, graph_builds: bool, blas: bool = False) -> str:
     """The exact program BCC compiles (and `record --ebpf` prints)."""
     build = _build_defines(ggml, counters, rings, selection, graph_builds, blas)
-    return abi.c_defines(build) + abi.header() + probe_source() + abi.layout_checks()
+    return (abi.c_defines(build) + abi.header() + probe_source()
+            + abi.layout_checks(abi.structs(len(counters))))

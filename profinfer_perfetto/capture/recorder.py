@@ -22,7 +22,15 @@ from typing import Protocol
 import numpy as np
 
 from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, SCHED, Ring, StopReason
+from profinfer_perfetto.capture.events import (
+    BATCH,
+    NODE,
+    ROUTE,
+    SCHED,
+    Ring,
+    StopReason,
+    event_dtype,
+)
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, scheduling, target_cpus
@@ -73,6 +81,9 @@ class Run:
     """With --sched: scheduling records lost to a full ring."""
     peaks: tuple[Peak, ...] = ()
     """The machine's roofs, as calibrate measured them."""
+    counted: dict[str, float] = field(default_factory=dict)
+    """Per perf counter, the share of the capture the kernel counted it (under 1 where it was
+    multiplexed with others; its counts are then scaled to the whole time)."""
 
     @property
     def complete(self) -> bool:
@@ -291,7 +302,7 @@ def record(
                 launched.kill()
             raise
         named = launched is not None and not watched
-        kept = _Keep()
+        kept = _Keep(len(request.counters))
         with _sched_probes(request, pid) as (sched, sched_note):
             capture = _Capture(session, request, probe_plan, pid, launched, named, sched,
                                sink or kept)
@@ -305,14 +316,14 @@ def record(
                 launched.release()
             run = capture.run(stop)
             return Recording(
-                events=kept.joined("events", EVENT),
-                nodes=kept.joined("nodes", NODE),
+                events=kept.joined("events"),
+                nodes=kept.joined("nodes"),
                 run=run,
                 op_stats=capture.op_stats,
-                routes=kept.joined("routes", ROUTE),
-                sched=None if sched is None else scheduling(kept.joined("sched", SCHED),
+                routes=kept.joined("routes"),
+                sched=None if sched is None else scheduling(kept.joined("sched"),
                                                             sched.cpus, run.sched_lost),
-                batches=kept.joined("batches", BATCH),
+                batches=kept.joined("batches"),
             )
 
 
@@ -373,9 +384,11 @@ class Drained:
     """SCHED records (empty without --sched)."""
 
 
-DRAINED_DTYPES = {"events": EVENT, "nodes": NODE, "routes": ROUTE, "batches": BATCH,
-                  "sched": SCHED}
-"""The record layout of each of Drained's fields."""
+def drained_dtypes(counters: int) -> dict[str, np.dtype]:
+    """The record layout of each of Drained's fields, for a recording reading `counters` perf
+    counters."""
+    return {"events": event_dtype(counters), "nodes": NODE, "routes": ROUTE, "batches": BATCH,
+            "sched": SCHED}
 
 
 class Sink(Protocol):
@@ -389,8 +402,9 @@ class Sink(Protocol):
 class _Keep:
     """The sink that keeps everything, for a Recording of the whole run."""
 
-    def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in DRAINED_DTYPES}
+    def __init__(self, counters: int) -> None:
+        self.dtypes = drained_dtypes(counters)
+        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in self.dtypes}
 
     def __call__(self, drained: Drained, run: Run) -> str | None:
         for name, parts in self.parts.items():
@@ -399,9 +413,9 @@ class _Keep:
                 parts.append(array)
         return None
 
-    def joined(self, name: str, dtype: np.dtype) -> np.ndarray:
+    def joined(self, name: str) -> np.ndarray:
         parts = self.parts[name]
-        return np.concatenate(parts) if parts else np.empty(0, dtype)
+        return np.concatenate(parts) if parts else np.empty(0, self.dtypes[name])
 
 
 class _Capture:
@@ -517,6 +531,11 @@ class _Capture:
         if sched_lost:
             notes.append(f"{sched_lost} scheduling records lost to a full ring: CPU tracks "
                          "have gaps")
+        for name, share in self.session.counted_shares().items():
+            if share < 1:
+                notes.append(f"counter {name} was counted {share:.0%} of the time (the kernel "
+                             "multiplexed it with others): its counts are scaled to the whole "
+                             "time, estimates")
         return notes
 
     def costs(self) -> dict[str, ProbeCost]:
@@ -547,6 +566,7 @@ class _Capture:
             sched_cpus=self.sched.cpus if self.sched is not None else None,
             sched_lost=sched_lost,
             peaks=self.request.peaks,
+            counted=self.session.counted_shares() if final else {},
         )
 
 

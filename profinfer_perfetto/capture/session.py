@@ -21,8 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from profinfer_perfetto.capture.counters import counting_fd, enable_run_time_stats, opened_configs
-from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, OP_STATS, ROUTE, Ring
+from profinfer_perfetto.capture.counters import (
+    counted_share,
+    counting_fd,
+    enable_run_time_stats,
+    opened_configs,
+)
+from profinfer_perfetto.capture.events import BATCH, NODE, OP_STATS, ROUTE, Ring, event_dtype
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.target import Probe
@@ -112,12 +117,13 @@ class ProbeSession:
             self._bpf = bcc.BPF(text=text.encode())
         except Exception as exc:
             raise ProfinferError(f"the BPF program did not load: {exc}") from exc
-        self._counter_fds: list[int] = []
-        for table, name, (kind, config) in zip(("counter0", "counter1"), counters, configs,
-                                               strict=False):
-            self._count(self._bpf[table.encode()], name, kind, config)
+        self._counter_fds: dict[str, list[int]] = {}
+        for i, (name, (kind, config)) in enumerate(zip(counters, configs, strict=True)):
+            self._counter_fds[name] = self._count(self._bpf[f"counter{i}".encode()], name, kind,
+                                                  config)
         page = os.sysconf("SC_PAGE_SIZE")
-        self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page, EVENT)
+        self.events = RingReader(self._bpf[b"events"].map_fd, rings.event_pages * page,
+                                 event_dtype(len(counters)))
         self.nodes = RingReader(self._bpf[b"nodes"].map_fd, rings.node_pages * page, NODE)
         self.batches = RingReader(self._bpf[b"batches"].map_fd, rings.batch_pages * page, BATCH)
         self.routes: RingReader | None = None
@@ -195,19 +201,28 @@ class ProbeSession:
     def costs(self) -> dict[str, ProbeCost]:
         return program_costs(self._bpf)
 
-    def _count(self, table: Any, name: str, kind: int, config: int) -> None:
-        """The perf array `table` counts the counter on every online CPU (perf_read)."""
+    def _count(self, table: Any, name: str, kind: int, config: int) -> list[int]:
+        """The perf array `table` counts the counter on every online CPU; its fds."""
+        fds: list[int] = []
         for cpu in import_bcc().utils.get_online_cpus():
             fd = counting_fd(kind, config, cpu=cpu)
             if fd < 0:
+                for opened in fds:
+                    os.close(opened)
                 raise ProfinferError(f"counter {name} cannot be counted on CPU {cpu} "
                                      f"({os.strerror(ctypes.get_errno())})")
-            self._counter_fds.append(fd)
+            fds.append(fd)
             table[table.Key(cpu)] = table.Leaf(fd)
+        return fds
+
+    def counted_shares(self) -> dict[str, float]:
+        """Per counter, the share of the capture it was counted (under 1: multiplexed)."""
+        return {name: counted_share(fds) for name, fds in self._counter_fds.items()}
 
     def close(self) -> None:
-        for fd in self._counter_fds:
-            os.close(fd)
+        for fds in self._counter_fds.values():
+            for fd in fds:
+                os.close(fd)
         if self._stats_fd is not None:
             os.close(self._stats_fd)
         self.events.close()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profinfer_perfetto.capture.recorder import DRAINED_DTYPES, Drained, Run
+from profinfer_perfetto.capture.recorder import Drained, Run, drained_dtypes
 from profinfer_perfetto.errors import ProfinferError
 
 SPILL_SUFFIX = ".records"
@@ -39,18 +39,20 @@ class Spill:
     """A sink for record(): appends each drain's records to `folder` (on a writer thread), and
     gives them back once finish() has waited for the writer."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, counters: int) -> None:
+        """For a run that reads `counters` perf counters."""
         self.folder = folder
+        self.dtypes = drained_dtypes(counters)
         shutil.rmtree(folder, ignore_errors=True)  # what a recorder killed before left
         try:
             folder.mkdir()
             self.fds = {name: os.open(folder / f"{name}.bin", os.O_RDWR | os.O_CREAT, 0o600)
-                        for name in DRAINED_DTYPES}
+                        for name in self.dtypes}
         except OSError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             raise ProfinferError(f"cannot write {folder}: {exc.strerror}") from None
         self.counts: list[tuple[int, ...]] = []
-        """Each drain's records of each kind, in DRAINED_DTYPES' order (those written whole)."""
+        """Each drain's records of each kind, in self.dtypes' order (those written whole)."""
         self.failed: str | None = None
         self._queue: deque[Drained] = deque()
         self._queued_bytes = 0
@@ -90,7 +92,7 @@ class Spill:
                 self._queue.popleft()
                 self._queued_bytes -= _size(drained)
                 if failed is None:
-                    self.counts.append(tuple(len(getattr(drained, n)) for n in DRAINED_DTYPES))
+                    self.counts.append(tuple(len(getattr(drained, n)) for n in self.dtypes))
                 else:
                     self.failed = failed
                     self._queue.clear()
@@ -114,9 +116,8 @@ class Spill:
         for counts in self.counts:
             parts = {}
             for (name, fd), count in zip(self.fds.items(), counts, strict=True):
-                size = count * DRAINED_DTYPES[name].itemsize
-                parts[name] = np.frombuffer(os.pread(fd, size, offsets[name]),
-                                            DRAINED_DTYPES[name])
+                size = count * self.dtypes[name].itemsize
+                parts[name] = np.frombuffer(os.pread(fd, size, offsets[name]), self.dtypes[name])
                 offsets[name] += size
             yield Drained(**parts)
 
@@ -128,7 +129,7 @@ class Spill:
 
 
 def _size(drained: Drained) -> int:
-    return sum(getattr(drained, name).nbytes for name in DRAINED_DTYPES)
+    return sum(records.nbytes for records in vars(drained).values())
 
 
 def write_all(fd: int, data: memoryview) -> None:

@@ -94,7 +94,7 @@ class RecordCommand:
         """Keep the run's records on disk as they come, and write the trace from them, chunk by
         chunk, when it ends (the default: flat memory, nothing beside the target but writing
         the records)."""
-        spill = Spill(spill_path(self.output))
+        spill = Spill(spill_path(self.output), len(self.request.counters))
         try:
             recording = record(self.request, probe_plan, self._attached, spill)
             if (failed := spill.finish()) is not None:

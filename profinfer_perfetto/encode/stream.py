@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profinfer_perfetto.capture.events import BATCH, EVENT, NODE, ROUTE, SCHED
-from profinfer_perfetto.capture.recorder import Drained, Recording, Run
+from profinfer_perfetto.capture.recorder import Drained, Recording, Run, drained_dtypes
 from profinfer_perfetto.capture.sched import Task, scheduling
 from profinfer_perfetto.capture.spill import write_all
 from profinfer_perfetto.encode.output import PART_SUFFIX
@@ -73,7 +72,8 @@ class TraceStream:
         """The whole files written so far, oldest first (deleted ones left out)."""
         self.index = 0
         """The number of the file being written."""
-        self.chunker = Chunker()
+        self.chunker: Chunker | None = None
+        """Made with the run's first drain (its events' layout depends on its counters)."""
         self.cont = Continuation(final=False)
         self.tables = Tables()
         self.tasks: dict[int, Task] = {}
@@ -125,8 +125,13 @@ class TraceStream:
                     self.error = exc
                     self.failed = f"the trace writer failed ({exc!r})"
 
+    def _chunker(self, run: Run) -> Chunker:
+        if self.chunker is None:
+            self.chunker = Chunker(len(run.counters))
+        return self.chunker
+
     def _take(self, drained: Drained, run: Run) -> None:
-        chunk = self.chunker.add(drained)
+        chunk = self._chunker(run).add(drained)
         if chunk is not None:
             self._write(chunk, replace(run, end_ns=chunk.end_ns), final=False)
         if (self.failed is None and self.rotation is not None
@@ -141,7 +146,7 @@ class TraceStream:
         """Write the rest of the run and how it went; the trace takes its name."""
         self._stop_worker()
         if self.failed is None:
-            chunk = self.chunker.finish(recording.run.end_ns + 1)
+            chunk = self._chunker(recording.run).finish(recording.run.end_ns + 1)
             self._write(chunk, recording.run, final=True, op_stats=recording.op_stats)
         self._close()
         if self.error is not None:
@@ -170,7 +175,7 @@ class TraceStream:
         """Close this file with a `record` slice saying where the run goes on; open the next."""
         assert self.rotation is not None
         following = self.rotation.path(self.output, self.index + 1).name
-        self._write(_empty(run.end_ns), replace(run, status=f"continued in {following}"),
+        self._write(_empty(run), replace(run, status=f"continued in {following}"),
                     final=True, closing=True)
         if self.failed is None:
             self._close()
@@ -207,7 +212,9 @@ class TraceStream:
             self.last = model
 
 
-def _empty(end_ns: int) -> Chunk:
-    return Chunk(np.empty(0, EVENT), np.empty(0, NODE), np.empty(0, ROUTE), np.empty(0, BATCH),
-                 np.empty(0, SCHED), end_ns)
+def _empty(run: Run) -> Chunk:
+    """No records, up to the run's end so far."""
+    return Chunk(**{name: np.empty(0, dtype)
+                    for name, dtype in drained_dtypes(len(run.counters)).items()},
+                 end_ns=run.end_ns)
 

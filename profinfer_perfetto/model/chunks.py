@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profinfer_perfetto.capture.events import NODE, Kind
-from profinfer_perfetto.capture.recorder import DRAINED_DTYPES, Drained
+from profinfer_perfetto.capture.recorder import Drained, drained_dtypes
 
 
 @dataclass
@@ -38,8 +38,10 @@ class Chunk:
 class Chunker:
     """Takes drains, gives chunks."""
 
-    def __init__(self) -> None:
-        self.pending = {name: np.empty(0, dtype) for name, dtype in DRAINED_DTYPES.items()}
+    def __init__(self, counters: int) -> None:
+        """For a run that reads `counters` perf counters."""
+        self.pending = {name: np.empty(0, dtype)
+                        for name, dtype in drained_dtypes(counters).items()}
         self.carried = np.empty(0, NODE)
         self.steps = False
         """The run has token steps (cuts go before steps, else before graphs)."""
@@ -47,7 +49,7 @@ class Chunker:
     def add(self, drained: Drained) -> Chunk | None:
         """Take a drain; the chunk it completes, if any (cut among the earlier drains')."""
         cut = self._cut()
-        for name in DRAINED_DTYPES:
+        for name in self.pending:
             new = getattr(drained, name)
             if new.size:
                 self.pending[name] = np.concatenate([self.pending[name], new])

@@ -31,6 +31,7 @@ from profinfer_perfetto.model.names import (
     SEQ_ARGS,
     SEQUENCE_TRACK,
     WAIT_SLICE,
+    counted_arg,
     graph_slice,
     probe_args,
 )
@@ -594,6 +595,7 @@ def _recording_args(model: TraceModel) -> Args:
     if model.run.sched_cpus is not None:
         args += [("sched_cpus", ",".join(map(str, model.run.sched_cpus))),
                  ("sched_records", model.sched_records), ("sched_lost", model.run.sched_lost)]
+    args += [(counted_arg(name), round(share, 4)) for name, share in model.run.counted.items()]
     for fn, cost in sorted(model.run.probe_costs.items()):
         runs, ns_per_run = probe_args(fn)
         args += [(runs, cost.runs), (ns_per_run, round(cost.ns / cost.runs))]

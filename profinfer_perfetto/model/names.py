@@ -46,6 +46,12 @@ def counter_arg(counter: str) -> str:
     return COUNTER_ARG_PREFIX + counter.translate(_FLATTENED)
 
 
+def counted_arg(counter: str) -> str:
+    """The record slice's arg: the share of the capture the kernel counted a perf counter (under
+    1 where it multiplexed it with others, and op counts are scaled estimates)."""
+    return counter_arg(counter) + "_counted"
+
+
 def probe_args(program: str) -> tuple[str, str]:
     """The record slice's args for one BPF program: its runs and its mean ns per run."""
     return f"{PROBE_ARG_PREFIX}{program}_runs", f"{PROBE_ARG_PREFIX}{program}_ns_per_run"

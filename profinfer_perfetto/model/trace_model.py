@@ -23,7 +23,7 @@ import numpy as np
 
 from profinfer_perfetto.capture.events import (
     BATCH_RUNS,
-    EVENT,
+    COUNTER_UNREAD,
     ROUTE_EXPERTS,
     ROUTE_TOKENS,
     UNKNOWN_POS,
@@ -36,7 +36,7 @@ from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.lookup import last_descriptor, latest
 from profinfer_perfetto.model.work import auto_named
 
-_INVALID_COUNTER = np.uint64(1 << 63)
+_INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
 _LAYER = re.compile(r"-(\d+)$")
 
 
@@ -270,7 +270,7 @@ def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
     """Pair each begin with the next end on its thread; events are sorted by (tid, ts)."""
     sel = events[(events["kind"] == begin) | (events["kind"] == end)]
     is_begin = sel["kind"] == begin
-    nxt = np.append(sel[1:], np.zeros(1, EVENT))
+    nxt = np.append(sel[1:], np.zeros(1, sel.dtype))
     closed = is_begin & (nxt["kind"] == end) & (nxt["tid"] == sel["tid"])
     b = sel[is_begin]
     closed_b = closed[is_begin]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture import abi
-from profinfer_perfetto.capture.events import EVENT
+from profinfer_perfetto.capture.events import event_dtype
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeSession
@@ -36,10 +36,10 @@ def _swapped(dtype: np.dtype, a: str, b: str) -> np.dtype:
 
 
 def test_a_moved_field_fails_the_compile(capfd: pytest.CaptureFixture[str]) -> None:
-    drifted = _swapped(EVENT, "pid", "tid")
+    drifted = _swapped(event_dtype(0), "pid", "tid")
     text = _text(Selection()) + abi.layout_checks({"event": drifted})
     with pytest.raises(ProfinferError, match="the BPF program did not load"):
         ProbeSession(text, [], RINGS)
     err = capfd.readouterr().err
-    assert "probe ABI: capture/events.py has struct event field pid at byte 44" in err
-    assert "probe ABI: capture/events.py has struct event field tid at byte 40" in err
+    assert "probe ABI: capture/events.py has struct event field pid at byte 28" in err
+    assert "probe ABI: capture/events.py has struct event field tid at byte 24" in err

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from profinfer_perfetto.capture.counters import PMUS
-from profinfer_perfetto.capture.events import TokenEntry
-from profinfer_perfetto.model.names import WAIT_SLICE, probe_args
+from profinfer_perfetto.capture.counters import PMUS, SOFTWARE_COUNTERS
+from profinfer_perfetto.capture.events import MAX_COUNTERS, TokenEntry
+from profinfer_perfetto.model.names import WAIT_SLICE, counted_arg, probe_args
 from profinfer_perfetto.model.trace_model import token_phase
 from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
@@ -363,18 +363,35 @@ def test_duration_stops_a_launched_target(cli: Cli, llama: Callable[..., Path],
         assert any(o.parent is not None and o.parent.parent is step for o in ops), step.name
 
 
-def test_two_software_counters(cli: Cli, llama: Callable[..., Path],
-                               model: Callable[[str], Path], tmp_path: Path) -> None:
+def test_as_many_counters_as_an_event_holds(cli: Cli, llama: Callable[..., Path],
+                                            model: Callable[[str], Path], tmp_path: Path) -> None:
+    """Every software counter at once (and the msr PMU's tsc where there is one): each that
+    counted on its own per-thread counter tracks, each counted the whole capture (the kernel
+    multiplexes only hardware counters); one more than an event holds is refused."""
+    counters = list(SOFTWARE_COUNTERS)
+    if (PMUS / "msr" / "events" / "tsc").is_file():
+        counters.append("msr/tsc/")
+    assert len(counters) <= MAX_COUNTERS
     out = tmp_path / "counters.pftrace"
-    result = cli("record", "--counter", "task-clock", "--counter", "page-faults", "-o", out,
+    result = cli("record", *(a for c in counters for a in ("--counter", c)), "-o", out,
                  "--", *completion(llama, model("tiny-llama"), 2, n=4))
     assert result.returncode == 0, result.stderr
     trace = trace_reader.read(out)
+    # A counter that never counted (major-faults, say) writes no sample, so has no track.
     names = {trace.track_name(u).split()[0] for u in trace.counters}
-    assert names == {"task-clock", "page-faults", "tokens/s"}
-    task_clock = [v for u, samples in trace.counters.items()
-                  if trace.track_name(u).startswith("task-clock") for _, v in samples]
-    assert max(task_clock) > 0  # ns of CPU time accumulated over the thread's ops
+    assert {"task-clock", "cpu-clock", "tokens/s"} <= names <= {*counters, "tokens/s"}
+    for clock in ("task-clock", "cpu-clock"):
+        accumulated = [v for u, samples in trace.counters.items()
+                       if trace.track_name(u).startswith(clock) for _, v in samples]
+        assert max(accumulated) > 0  # ns of CPU time over the thread's ops
+    rec = record_slice(trace)
+    assert rec.args["counters"] == ",".join(counters)
+    assert all(rec.args[counted_arg(c)] == 1.0 for c in counters)
+    too_many = [*counters, *SOFTWARE_COUNTERS][:MAX_COUNTERS + 1]
+    refused = cli("record", *(a for c in too_many for a in ("--counter", c)), "-o", out,
+                  "--", "true")
+    assert refused.returncode == 2
+    assert f"at most {MAX_COUNTERS} counters" in refused.stderr
 
 
 def test_a_pmu_event_by_name_and_raw(cli: Cli, llama: Callable[..., Path],

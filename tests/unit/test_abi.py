@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from profinfer_perfetto.capture import abi
-from profinfer_perfetto.capture.events import NODE, Kind, Ring, TokenEntry
+from profinfer_perfetto.capture.events import MAX_COUNTERS, NODE, Backend, Kind, Ring, TokenEntry
 from profinfer_perfetto.capture.program import probe_source
 
 
-def test_every_field_of_every_struct_is_checked() -> None:
-    checks = abi.layout_checks()
-    for struct, dtype in abi.STRUCTS.items():
+@pytest.mark.parametrize("counters", [0, 1, MAX_COUNTERS])
+def test_every_field_of_every_struct_is_checked(counters: int) -> None:
+    structs = abi.structs(counters)
+    checks = abi.layout_checks(structs)
+    assert structs["event"].itemsize == 40 + 8 * counters
+    for struct, dtype in structs.items():
         for name, (field, offset, *_) in (dtype.fields or {}).items():
             assert f"__builtin_offsetof(struct {struct}, {name}) == {offset}," in checks
             assert f"sizeof(((struct {struct} *)0)->{name}) == {field.itemsize}," in checks
@@ -20,15 +25,16 @@ def test_every_field_of_every_struct_is_checked() -> None:
 
 def test_nested_structs_are_checked_too() -> None:
     src = NODE["src"].base
-    assert src in abi.STRUCTS.values()
+    assert src in abi.structs(0).values()
 
 
 def test_every_kind_and_constant_is_defined() -> None:
     header = abi.header()
-    for prefix, enum in (("EV", Kind), ("TOKEN", TokenEntry), ("RING", Ring)):
+    for prefix, enum in (("EV", Kind), ("BACKEND", Backend), ("TOKEN", TokenEntry),
+                         ("RING", Ring)):
         for member in enum:
             assert f"#define {prefix}_{member.name} {member.value}\n" in header
-    for name in ("N_RINGS", "N_SRC", "MAX_COUNTERS", "HIST_BUCKETS"):
+    for name in ("N_RINGS", "N_SRC", "MAX_COUNTERS", "COUNTER_UNREAD", "HIST_BUCKETS"):
         assert f"#define {name} " in header
 
 

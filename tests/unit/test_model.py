@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.events import EVENT, NODE, UNKNOWN_POS, Backend, Kind
+from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Backend, Kind
 from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
 from profinfer_perfetto.model.work import op_work
@@ -101,7 +101,7 @@ def _blas_split(calls: list[int]) -> tuple[np.ndarray, np.ndarray]:
               e(1_000, Kind.GRAPH_END, synthetic.MAIN)]
     nodes = [synthetic._node(100, synthetic.UP, "MUL_MAT", "up", (64, 4, 2, 1), []),
              synthetic._node(100, synthetic.OUT, "MUL_MAT", "out", (64, 4, 1, 1), [])]
-    return np.array(events, EVENT), np.array(nodes, NODE)
+    return np.array(events, synthetic.EVENT), np.array(nodes, NODE)
 
 
 def test_a_blas_split_is_cut_into_ops_at_each_nodes_last_call() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.events import SCHED
-from profinfer_perfetto.capture.recorder import DRAINED_DTYPES, Drained, Recording
+from profinfer_perfetto.capture.recorder import Drained, Recording
 from profinfer_perfetto.capture.spill import Spill, spill_path
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path
@@ -88,7 +88,7 @@ def test_a_step_longer_than_a_drain_makes_no_empty_chunk() -> None:
     """A step that is still running at several drains is cut before once: the drains that
     follow, until a later step begins, make no chunk of nothing."""
     rec = synthetic.decode_run(4, steps=10)
-    chunker = Chunker()
+    chunker = Chunker(1)
     chunks = [c for d in _drains(rec, 200) if (c := chunker.add(d)) is not None]
     chunks.append(chunker.finish(int(rec.events["ts"].max()) + 1))
     assert all(len(c.events) for c in chunks)
@@ -148,14 +148,14 @@ def test_the_records_kept_on_disk_come_back_drain_by_drain(tmp_path: Path) -> No
     back once the run ends: the same drains, record for record, and the folder is gone after."""
     rec = synthetic.decode_run(3, steps=10)
     drains = _drains(rec, 7)
-    spill = Spill(spill_path(tmp_path / "run.pftrace"))
+    spill = Spill(spill_path(tmp_path / "run.pftrace"), len(rec.run.counters))
     for drained in drains:
         assert spill(drained, rec.run) is None
     assert spill.finish() is None
     back = list(spill.drains())
     assert len(back) == len(drains)
     for got, sent in zip(back, drains, strict=True):
-        for name in DRAINED_DTYPES:
+        for name in spill.dtypes:
             assert getattr(got, name).tobytes() == getattr(sent, name).tobytes(), name
     spill.remove()
     assert not list(tmp_path.iterdir())
