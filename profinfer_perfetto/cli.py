@@ -23,6 +23,7 @@ from profinfer_perfetto.commands.draw import DagCommand, PlotCommand
 from profinfer_perfetto.commands.open import DEFAULT_PORT, OpenCommand
 from profinfer_perfetto.commands.query import QueryCommand, expand
 from profinfer_perfetto.commands.record import RecordCommand
+from profinfer_perfetto.commands.recover import RecoverCommand
 from profinfer_perfetto.draw.dag import Fill
 from profinfer_perfetto.draw.plot import FIGURES
 from profinfer_perfetto.encode.stream import Rotation
@@ -187,6 +188,16 @@ def _rotation(max_size: str | None, rotate: int, json: bool) -> Rotation | None:
     if rotate < 0:
         raise ProfinferError(f"--rotate {rotate}: give how many files to keep")
     return Rotation(size, rotate)
+
+
+@app.command()
+def recover(
+    output: Annotated[Path, typer.Argument(help="The trace a killed `record -o OUTPUT` was to "
+                                           "write.")],
+) -> None:
+    """Write the trace of a run whose recorder was killed (SIGKILL, out of memory) from the
+    records it kept in OUTPUT.records, up to the last drain it wrote whole."""
+    raise typer.Exit(RecoverCommand(output).run())
 
 
 @app.command()

@@ -22,7 +22,7 @@ from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
-from profinfer_perfetto.encode.stream import Rotation, TraceStream
+from profinfer_perfetto.encode.stream import Rotation, TraceStream, write_trace
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
@@ -88,7 +88,7 @@ class RecordCommand:
             stream.abandon()
             raise
         stream.finish(recording)
-        return self._written(stream)
+        return report_written(stream)
 
     def _spilled(self, probe_plan: ProbePlan | None) -> int:
         """Keep the run's records on disk as they come, and write the trace from them, chunk by
@@ -99,30 +99,24 @@ class RecordCommand:
             recording = record(self.request, probe_plan, self._attached, spill)
             if (failed := spill.finish()) is not None:
                 raise ProfinferError(f"{failed}: no trace written")
-            stream = TraceStream(self.output)
-            try:
-                for drained in spill.drains():
-                    stream(drained, recording.run)
-            except BaseException:
-                stream.abandon()
-                raise
-            stream.finish(recording)
+            stream = write_trace(self.output, spill.drains(), recording)
         finally:
             spill.remove()
-        return self._written(stream)
-
-    def _written(self, stream: TraceStream) -> int:
-        """Say what was recorded and where it went."""
-        assert stream.last is not None, "finish() writes the run's last chunk"
-        print(summary(stream.totals, stream.last, stream.files[-1], stream.packets, "packets"))
-        if len(stream.files) > 1:
-            print(f"  the run is in {len(stream.files)} files, {stream.files[0].name} to "
-                  f"{stream.files[-1].name}, each a whole trace")
-        return ExitCode.OK
+        return report_written(stream)
 
     def _attached(self, pid: int) -> None:
         print(f"profinfer-perfetto: tracing pid {pid}; Ctrl-C stops and writes {self.output}",
               file=sys.stderr, flush=True)
+
+
+def report_written(stream: TraceStream) -> int:
+    """Say what was recorded and where it went."""
+    assert stream.last is not None, "finish() writes the run's last chunk"
+    print(summary(stream.totals, stream.last, stream.files[-1], stream.packets, "packets"))
+    if len(stream.files) > 1:
+        print(f"  the run is in {len(stream.files)} files, {stream.files[0].name} to "
+              f"{stream.files[-1].name}, each a whole trace")
+    return ExitCode.OK
 
 
 def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:

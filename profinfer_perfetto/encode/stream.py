@@ -21,6 +21,7 @@ import io
 import os
 import queue
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -210,6 +211,20 @@ class TraceStream:
             self.totals.add(model)
             self.cont = model.then()
             self.last = model
+
+
+def write_trace(output: Path, drains: Iterable[Drained], recording: Recording) -> TraceStream:
+    """Write a run whose drains were kept (on disk) as the trace `output`, chunk by chunk, as
+    it was captured; `recording`: how it ended."""
+    stream = TraceStream(output)
+    try:
+        for drained in drains:
+            stream(drained, recording.run)
+    except BaseException:
+        stream.abandon()
+        raise
+    stream.finish(recording)
+    return stream
 
 
 def _empty(run: Run) -> Chunk:

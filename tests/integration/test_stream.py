@@ -1,6 +1,6 @@
 """record --stream writes its trace as the run goes: a killed recorder leaves a readable trace up
-to the kill, a full disk ends the capture with what fit, and --max-size/--rotate make whole
-files."""
+to the kill (by default, its records, which `recover` writes as one), a full disk ends the
+capture with what fit, and --max-size/--rotate make whole files."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.commands.recover import RECOVERED
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests.conftest import Cli
@@ -42,13 +43,17 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_killed_recorder_leaves_the_run_up_to_the_kill(tmp_path: Path, seed: int) -> None:
-    """SIGKILL at a random moment of a generation: OUTPUT.part opens on both engines (and in
-    trace_processor with no error in its stats) and holds the steps that ended up to at most
-    a second before the kill; the target runs on, unprobed."""
+@pytest.mark.parametrize(("stream", "seed"), [(True, 1), (True, 2), (True, 3), (False, 4),
+                                             (False, 5)])
+def test_a_killed_recorder_leaves_the_run_up_to_the_kill(cli: Cli, tmp_path: Path,
+                                                         stream: bool, seed: int) -> None:
+    """SIGKILL at a random moment of a generation: with --stream, OUTPUT.part opens on both
+    engines (and in trace_processor with no error in its stats); by default, `recover` writes
+    OUTPUT from the records left in OUTPUT.records. Either holds the steps that ended up to at
+    most a second before the kill; the target runs on, unprobed."""
     out = tmp_path / "run.pftrace"
-    recorder, pid = start_recorder(out, "--stream", "--", *_generation("medium-llama", -1))
+    mode = ["--stream"] if stream else []
+    recorder, pid = start_recorder(out, *mode, "--", *_generation("medium-llama", -1))
     try:
         wait_for_a_token(recorder)
         time.sleep(random.Random(seed).uniform(0.5, 3.0))
@@ -58,10 +63,17 @@ def test_a_killed_recorder_leaves_the_run_up_to_the_kill(tmp_path: Path, seed: i
         assert not _is_stopped(pid)
     finally:
         os.kill(pid, signal.SIGKILL)
-    part = tmp_path / "run.pftrace.part"
-    assert part.exists() and not out.exists()
+    assert not out.exists()
+    if stream:
+        trace = tmp_path / "run.pftrace.part"
+    else:
+        recovered = cli("recover", out)
+        assert recovered.returncode == 0, recovered.stderr
+        assert f": {RECOVERED}" in recovered.stdout
+        assert sorted(tmp_path.iterdir()) == [out]
+        trace = out
     for engine in ENGINES:
-        with TraceQuery(part, engine) as q:
+        with TraceQuery(trace, engine) as q:
             ends = [ts + dur for ts, dur in q.sql("select ts, dur from profinfer_step").rows]
         assert ends and max(ends) >= killed_at - CHUNK_LAG_NS, (engine, killed_at - max(ends))
 

@@ -12,9 +12,17 @@ import pytest
 
 from profinfer_perfetto.capture.events import SCHED
 from profinfer_perfetto.capture.recorder import Drained, Recording
-from profinfer_perfetto.capture.spill import Spill, spill_path
+from profinfer_perfetto.capture.spill import (
+    INDEX_FILE,
+    RUN_FILE,
+    Spill,
+    left_run,
+    read_drains,
+    spill_path,
+)
+from profinfer_perfetto.commands.recover import RECOVERED, RecoverCommand
 from profinfer_perfetto.encode.perfetto import write_perfetto
-from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path
+from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path, write_trace
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model import layout
 from profinfer_perfetto.model.chunks import Chunker
@@ -159,3 +167,52 @@ def test_the_records_kept_on_disk_come_back_drain_by_drain(tmp_path: Path) -> No
             assert getattr(got, name).tobytes() == getattr(sent, name).tobytes(), name
     spill.remove()
     assert not list(tmp_path.iterdir())
+
+
+def test_a_killed_recorders_records_are_recovered_up_to_the_last_whole_drain(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recorder killed while it appends a drain leaves part of it in a kind's file and part of
+    its index row: `recover` reads the run as it was known and the drains written whole, writes
+    their trace (the same as the run written from those drains) and removes the folder; a new
+    record to that output refuses to remove them."""
+    rec = synthetic.decode_run(3, steps=10)
+    output = tmp_path / "run.pftrace"
+    drains = _drains(rec, 7)
+    spill = Spill(spill_path(output), len(rec.run.counters))
+    for drained in drains[:5]:
+        assert spill(drained, rec.run) is None
+    assert spill.finish() is None
+    folder = spill.folder
+    with (folder / "events.bin").open("ab") as f:  # the kill, half-way through drain 6
+        f.write(drains[5].events.tobytes()[:100])
+    with (folder / INDEX_FILE).open("ab") as f:
+        f.write(np.int64(len(drains[5].events)).tobytes())
+
+    assert left_run(folder) == rec.run
+    back = list(read_drains(folder, spill.dtypes))
+    assert [d.events.tobytes() for d in back] == [d.events.tobytes() for d in drains[:5]]
+    with pytest.raises(ProfinferError, match=r"recover run\.pftrace"):
+        Spill(folder, len(rec.run.counters))
+
+    assert RecoverCommand(output).run() == 0
+    assert not folder.exists()
+    assert f"recorded {rec.run.process_name} (pid {rec.run.pid}): {RECOVERED}" in (
+        capsys.readouterr().out)
+    killed = replace(rec, run=replace(rec.run, status=RECOVERED))  # marks the trace cut short
+    expected = write_trace(tmp_path / "expected.pftrace", drains[:5], killed)
+    for engine in ENGINES:
+        with TraceQuery(output, engine) as got, TraceQuery(expected.files[0], engine) as want:
+            query = "SELECT name, COUNT(*), SUM(dur) FROM slice WHERE name != 'record' GROUP BY 1"
+            assert sorted(got.sql(query).rows) == sorted(want.sql(query).rows), engine
+
+
+def test_recover_says_what_is_wrong_in_one_sentence(tmp_path: Path) -> None:
+    output = tmp_path / "run.pftrace"
+    with pytest.raises(ProfinferError, match="does not exist"):
+        RecoverCommand(output).run()
+    spill_path(output).mkdir()
+    with pytest.raises(ProfinferError, match="no drain written whole"):
+        RecoverCommand(output).run()
+    (spill_path(output) / RUN_FILE).write_text('{"format": 1, "run": {"pid": "x"}}')
+    with pytest.raises(ProfinferError, match="is not a run this version"):
+        RecoverCommand(output).run()

@@ -1,0 +1,38 @@
+"""`profinfer-perfetto recover`: the trace of a run whose recorder was killed, from the records
+it left on disk (record's default keeps them in OUTPUT.records until the run ends)."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from profinfer_perfetto.capture.recorder import Recording, drained_dtypes
+from profinfer_perfetto.capture.spill import left_run, read_drains, spill_path
+from profinfer_perfetto.commands.record import report_written
+from profinfer_perfetto.encode.output import check_writable
+from profinfer_perfetto.encode.stream import write_trace
+
+RECOVERED = "recorder killed"
+"""The status of a recovered run."""
+
+
+@dataclass
+class RecoverCommand:
+    output: Path
+    """The trace the killed recorder was to write (its records are in OUTPUT.records)."""
+
+    def run(self) -> int:
+        folder = spill_path(self.output)
+        run = left_run(folder)
+        check_writable(self.output)
+        run = replace(run, status=RECOVERED, notes=[
+            *run.notes, "recovered from the records a killed recorder left: the run up to the "
+            "last drain it wrote whole; events lost to full rings are not known"])
+        dtypes = drained_dtypes(len(run.counters))
+        ended = Recording(np.empty(0, dtypes["events"]), np.empty(0, dtypes["nodes"]), run)
+        stream = write_trace(self.output, read_drains(folder, dtypes), ended)
+        shutil.rmtree(folder)
+        return report_written(stream)
