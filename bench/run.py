@@ -6,10 +6,11 @@ bench/results.md.
 query   seconds for `op_summary` on a 1 M-op trace, per engine available here. The trace is a
         real recording (medium-llama, 64 tokens, 2 threads) tiled in time to 1 M op slices,
         cached under $PROFINFER_CACHE/bench.
-check   the regression gate: the same generation recorded 23 times per setup (tiny-llama and
-        medium-llama at 1 and 2 threads), later runs checked with the default rules against
-        the first run, and the last 20 against the first three pooled (false alarms); then 5
-        runs with a busy loop on a CPU the target uses, against the three (to be caught).
+gate    the regression gate's false alarms and power (bench/gate.py): 23 recordings of each
+        setup (tiny-llama and medium-llama at 1 and 2 threads), the last 20 checked against
+        the first three; 5 with a busy loop on a CPU the target uses, and 20 of each medium-llama
+        variant whose ffn_down is F16 in 3 or 1 of 24 layers, against the same three (to be
+        caught). The recordings are kept, so the gate's statistics can be judged again on them.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (6 pairs), for Gemma-3-270M and the medium random models at 1 and
         2 threads (1-thread runs: llama.cpp pinned to one CPU), full tracing, `--no-barriers`
@@ -32,8 +33,6 @@ encoding  packets/s and bytes per op writing a real recording's trace, against a
 writer  the streamed writer's CPU per event (what `record --stream` spends beside the target):
         a real recording (Gemma-3-270M, 320 tokens, 2 threads) fed to the writer as 100 ms
         drains would bring it, in the recorder's process, timed by process CPU time.
-power   the gate against real slowdowns of one op class: medium-llama variants whose ffn_down
-        is F16 in 3 or 1 of 24 layers, 20 runs each against three runs of medium-llama.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
         Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
         on Gemma-3-270M; and the `roofline` verdicts of Gemma-3-270M's decode matmuls recorded
@@ -55,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.gate import bench_gate
 from profinfer_perfetto.capture.events import SCHED, Kind
 from profinfer_perfetto.capture.recorder import Drained, Recording, RecordRequest, plan, record
 from profinfer_perfetto.encode.output import atomic_output
@@ -127,115 +127,6 @@ def bench_query() -> dict[str, Any]:
         results[engine] = {"op_slices": ops, "load_s": round(loaded - start, 2),
                            "op_summary_s": round(done - start, 2)}
         print("query", engine, results[engine], flush=True)
-    return results
-
-
-def record_runs(recorder: list[str], cmd: list[str], stem: Path, count: int) -> list[Path]:
-    """`count` recordings of `cmd`, STEM-0.pftrace, STEM-1.pftrace, ..."""
-    traces = []
-    for i in range(count):
-        out = stem.with_name(f"{stem.name}-{i}.pftrace")
-        subprocess.run([*recorder, "-o", str(out), "--", *cmd], check=True, capture_output=True)
-        traces.append(out)
-    return traces
-
-
-def bench_check_false_positives(runs: int = 23, pooled: int = 3, hogged: int = 5
-                                ) -> dict[str, Any]:
-    """Record the same generation `runs` times per setup; check the later runs against the
-    first run, and the last `runs - pooled` against the first `pooled` as one baseline (false
-    alarms); then `hogged` runs with a busy loop on a core the target uses, against the pooled
-    baseline (a real slowdown, to be caught)."""
-    import sys
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="profinfer-fp-"))
-    cli = [sys.executable, "-m", "profinfer_perfetto"]
-
-    def flagged(trace: Path, baseline: str) -> tuple[int, int]:
-        proc = subprocess.run([*cli, "check", str(trace), "--baseline", baseline, "--format",
-                               "json", "--engine", "builtin"], capture_output=True, text=True)
-        verdicts = json.loads(proc.stdout)["verdicts"]
-        return (sum(v["verdict"] == "regression" for v in verdicts),
-                sum(v["verdict"] in ("ok", "regression", "improvement") for v in verdicts))
-
-    def summary(counts: list[tuple[int, int]]) -> dict[str, int]:
-        return {"checks": len(counts), "flagged_runs": sum(bad > 0 for bad, _ in counts),
-                "flagged_keys": sum(bad for bad, _ in counts),
-                "decided_keys": sum(n for _, n in counts)}
-
-    results: dict[str, Any] = {}
-    last = max(os.sched_getaffinity(0))
-    for model, threads, tokens in (("tiny-llama", 1, 48), ("tiny-llama", 2, 48),
-                                   ("medium-llama", 1, 32), ("medium-llama", 2, 32)):
-        cmd = completion(model, tokens, threads)
-        # Pinned: this VM's two vCPUs differ by ~25 % in speed; single-threaded runs that
-        # land on different ones differ by that much, which is no false alarm.
-        pin = ["taskset", "-c", str(last)] if threads == 1 else []
-
-        setup = f"{model}-t{threads}"
-        traces = record_runs([*pin, *cli, "record"], cmd, folder / setup, runs)
-        pool = folder / f"{setup}-pooled.json"
-        subprocess.run([*cli, "query", str(folder / f"{setup}-[0-{pooled - 1}].pftrace"),
-                        "--save-baseline", str(pool), "--engine", "builtin"], check=True,
-                       capture_output=True)
-        key = f"{model} t{threads}"
-        results[f"{key}, baseline 1 run"] = summary(
-            [flagged(t, str(traces[0])) for t in traces[1:]])
-        results[f"{key}, baseline {pooled} runs"] = summary(
-            [flagged(t, str(pool)) for t in traces[pooled:]])
-        hog = subprocess.Popen(["taskset", "-c", str(last), "sh", "-c", "while :; do :; done"])
-        try:
-            hogged_traces = record_runs([*pin, *cli, "record"], cmd, folder / f"{setup}-hog",
-                                        hogged)
-        finally:
-            hog.kill()
-            hog.wait()
-        results[f"{key}, busy loop on CPU {last}, baseline {pooled} runs"] = summary(
-            [flagged(t, str(pool)) for t in hogged_traces])
-    return results
-
-
-def bench_check_power(runs: int = 20, pooled: int = 3) -> dict[str, Any]:
-    """The gate against real slowdowns of one op class: medium-llama at 2 threads as the
-    baseline (`pooled` runs), checked with the default rules against `runs` runs of each
-    variant whose ffn_down is F16 in some layers (scripts/make_models.py medium-llama-downN),
-    and against `runs` more of medium-llama itself."""
-    import sys
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="profinfer-power-"))
-    cli = [sys.executable, "-m", "profinfer_perfetto"]
-    variants = ("medium-llama-down3", "medium-llama-down1")
-    subprocess.run([sys.executable, str(HERE.parent / "scripts" / "make_models.py"),
-                    str(assets.MODELS), "--only", *variants], check=True, capture_output=True)
-    base = record_runs([*cli, "record"], completion("medium-llama", 32, 2),
-                       folder / "base", pooled)
-    pool = folder / "base.json"
-    subprocess.run([*cli, "query", str(folder / f"base-[0-{len(base) - 1}].pftrace"),
-                    "--save-baseline", str(pool), "--engine", "builtin"], check=True,
-                   capture_output=True)
-    results: dict[str, Any] = {}
-    for model in ("medium-llama", *variants):
-        verdicts = []
-        for trace in record_runs([*cli, "record"], completion(model, 32, 2), folder / model,
-                                 runs):
-            proc = subprocess.run([*cli, "check", str(trace), "--baseline", str(pool),
-                                   "--format", "json", "--engine", "builtin"],
-                                  capture_output=True, text=True)
-            verdicts.append({v["key"]: v for v in json.loads(proc.stdout)["verdicts"]})
-        # ffn_down's tensor is named ffn_out in the graph, and so is its role.
-        down = [v.get("share/decode/MUL_MAT/ffn_out", {}) for v in verdicts]
-        results[f"{model} t2 against medium-llama, baseline {pooled} runs"] = {
-            "checks": len(verdicts),
-            "flagged_runs": sum(any(x["verdict"] == "regression" for x in v.values())
-                                for v in verdicts),
-            "ffn_out_share_flagged": sum(d.get("verdict") == "regression" for d in down),
-            "ffn_out_share_change": round(float(np.median([d.get("change", 0.0)
-                                                            for d in down])), 4),
-            "step_change": round(float(np.median([v["step/decode"].get("change", 0.0)
-                                                  for v in verdicts])), 4),
-        }
     return results
 
 
@@ -758,8 +649,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "encoding": bench_encoding,
     "writer": bench_writer,
     "query": bench_query,
-    "check": bench_check_false_positives,
-    "power": bench_check_power,
+    "gate": lambda: bench_gate(completion),
     "calibrate": bench_calibrate,
 }
 
@@ -856,19 +746,14 @@ def markdown(results: dict[str, Any]) -> str:
                         [[r["role"], r["dtype"], str(r["intensity"]), str(r["ridge"]),
                           str(r["gbyte_per_s"]), str(r["roof_share"]), r["verdict"]]
                          for r in c["decode_matmuls"]])
-    if "power" in results:
-        lines += _table(["check power (real slowdowns of ffn_down)", "checks", "runs flagged",
-                         "ffn_out share flagged", "ffn_out share change (median)",
-                         "step change (median)"],
+    if "gate" in results:
+        lines += _table(["check (default rules, baseline: a setup's first 3 runs)", "checks",
+                         "runs flagged", "keys flagged / decided", "ffn_out share flagged",
+                         "keys that were flagged"],
                         [[name, str(r["checks"]), str(r["flagged_runs"]),
-                          str(r["ffn_out_share_flagged"]), f"{r['ffn_out_share_change']:+.1%}",
-                          f"{r['step_change']:+.1%}"] for name, r in results["power"].items()])
-    if "check" in results:
-        lines += _table(["check false positives (same run recorded again)", "checks",
-                         "runs flagged", "keys flagged / decided"],
-                        [[name, str(r["checks"]), str(r["flagged_runs"]),
-                          f"{r['flagged_keys']} / {r['decided_keys']}"]
-                         for name, r in results["check"].items()])
+                          f"{r['flagged_keys']} / {r['decided_keys']}",
+                          str(r["down_share_flagged"]), ", ".join(r["which"])]
+                         for name, r in results["gate"].items()])
     return "\n".join(lines) + "\n"
 
 

@@ -54,6 +54,9 @@ class Baseline:
         kind, _, rest = key.partition("/")
         return self.shares.get(f"op/{rest}", 0.0) if kind in ("op", SHARE) else 0.0
 
+    def runs_of(self, key: str) -> int:
+        return sum(1 for run in self.samples.get(key, []) if run)
+
     @property
     def runs(self) -> int:
         return max((len(r) for r in self.samples.values()), default=0)
@@ -94,7 +97,11 @@ def _subsample(values: list[int]) -> list[int]:
 def from_traces(traces: list[Path], engine: str = "auto", tp_bin: str | None = None
                 ) -> Baseline:
     """Each trace a run; what they were made from is the first's."""
-    runs = over_traces(traces, _from_query, engine, tp_bin)
+    return merged(over_traces(traces, _from_query, engine, tp_bin))
+
+
+def merged(runs: list[Baseline]) -> Baseline:
+    """Baselines of runs as one of all of them; what they were made from is the first's."""
     samples: dict[str, list[list[int]]] = {}
     for run in runs:
         for key, per_run in run.samples.items():

@@ -65,20 +65,51 @@ def _relative(new: np.ndarray, base: np.ndarray) -> np.ndarray:
     return change
 
 
-def run_noise(runs: list[list[int]], confidence: float = 0.95) -> float | None:
-    """How far the median of one more run of the same thing may lie from the runs' pooled
-    median, as a relative change: the `confidence` prediction band of a new run's log-median
-    from the runs' own log-medians (Student's t with k - 1 degrees of freedom, widened by
-    sqrt(1 + 1/k) for the new run). None with fewer than two runs, which show no spread."""
+@dataclass(frozen=True)
+class Spread:
+    """How far runs of the same thing stray from each other: the variance of their medians'
+    logarithms, with its degrees of freedom (runs - 1)."""
+
+    variance: float
+    dof: float
+
+
+def run_spread(runs: list[list[int]]) -> Spread | None:
+    """None with fewer than two runs, which show no spread."""
     medians = np.log([max(float(np.median(r)), 1e-9) for r in runs if r])
-    k = len(medians)
-    if k < 2:
+    if len(medians) < 2:
         return None
-    spread = float(np.std(medians, ddof=1)) * math.sqrt(1 + 1 / k)
-    return math.expm1(t_quantile(0.5 + confidence / 2, k - 1) * spread)
+    return Spread(float(np.var(medians, ddof=1)), len(medians) - 1)
 
 
-def t_quantile(p: float, dof: int) -> float:
+def common_spread(spreads: list[Spread], dof: float) -> Spread | None:
+    """What the spreads of several keys say of a key's spread before its own runs are seen:
+    their median variance, worth `dof` degrees of freedom. None from fewer than three keys."""
+    if len(spreads) < 3 or dof <= 0:
+        return None
+    return Spread(float(np.median([s.variance for s in spreads])), dof)
+
+
+def run_noise(own: Spread, runs: int, confidence: float, prior: Spread | None = None) -> float:
+    """How far the median of one more run may lie from the pooled median of `runs` runs, as a
+    relative change: the `confidence` prediction band of a new run's log-median (Student's t,
+    widened by sqrt(1 + 1/runs) for the new run).
+
+    With a `prior` (common_spread of the keys judged alike), the key's own variance is moderated
+    towards it, as limma moderates the variances of few replicates (Smyth 2004): a weighted mean
+    of the two by their degrees of freedom, with their sum as its own. Three runs alone give a
+    variance from two degrees of freedom: one odd run makes the band huge, and three runs that
+    happen to agree make it too narrow; the keys beside it know better what runs do.
+    """
+    variance, dof = own.variance, own.dof
+    if prior is not None:
+        variance = (prior.dof * prior.variance + dof * variance) / (prior.dof + dof)
+        dof += prior.dof
+    spread = math.sqrt(variance * (1 + 1 / runs))
+    return math.expm1(t_quantile(0.5 + confidence / 2, dof) * spread)
+
+
+def t_quantile(p: float, dof: float) -> float:
     """Student's t quantile (p > 0.5), by bisection on its CDF integrated numerically."""
 
     def cdf(x: float) -> float:

@@ -7,7 +7,14 @@ from fnmatch import fnmatchcase
 
 from profinfer_perfetto.check.baseline import Baseline, describe, shown
 from profinfer_perfetto.check.rules import Rule, Settings
-from profinfer_perfetto.check.stats import Change, median_change, run_noise
+from profinfer_perfetto.check.stats import (
+    Change,
+    Spread,
+    common_spread,
+    median_change,
+    run_noise,
+    run_spread,
+)
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -91,8 +98,13 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             "the baseline is one run: the interval knows within-run noise only; a baseline of "
             "several runs (query 'runs/*.pftrace' --save-baseline) also knows how runs differ")
     confidence = f"{settings.confidence:.0%}"
+    judged: list[tuple[Rule, str, Change, Spread | None, Spread | None]] = []
     for rule in rules:
-        for key in _watched(rule, base):
+        keys = _watched(rule, base)
+        spreads = {k: run_spread(base.samples[k]) for k in keys}
+        prior = common_spread([s for s in spreads.values() if s is not None],
+                              settings.prior_dof)
+        for key in keys:
             a, b = base.samples[key], new.samples.get(key, [])
             base_n, new_n = sum(map(len, a)), sum(map(len, b))
             if not new_n:
@@ -103,9 +115,15 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                                                confidence=confidence))
             else:
                 change = median_change(a, b, settings.confidence, settings.resamples)
-                noise = run_noise(a, settings.confidence)
-                result.verdicts.append(Verdict(rule, key, _judge(rule, change, noise), base_n,
-                                               new_n, change, confidence, noise))
+                judged.append((rule, key, change, spreads[key], prior))
+    # The runs' noise holds for the whole check: each key's band at 1 - (1 - confidence) / keys.
+    each = 1 - (1 - settings.confidence) / (len(judged) if settings.per_check else 1)
+    for rule, key, change, own, prior in judged:
+        noise = None if own is None else run_noise(own, base.runs_of(key), each, prior)
+        result.verdicts.append(Verdict(rule, key, _judge(rule, change, noise),
+                                       sum(map(len, base.samples[key])),
+                                       sum(map(len, new.samples[key])), change, confidence,
+                                       noise))
     if not result.verdicts:
         result.warnings.append(
             f"no rule matched a key of the baseline ({describe(base.made_from)})")

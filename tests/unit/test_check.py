@@ -10,7 +10,10 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from profinfer_perfetto.check.stats import median_change
+from profinfer_perfetto.check.baseline import Baseline
+from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings
+from profinfer_perfetto.check.stats import common_spread, median_change, run_noise, run_spread
+from profinfer_perfetto.check.verdict import compare
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
@@ -212,3 +215,44 @@ def test_a_slow_drift_shows_in_the_trend_before_it_fails(cli: Cli, tmp_path: Pat
     assert "drifts" not in last.stdout, "two runs are no history to tell a drift from"
     bad = cli("check", candidate, "--baseline", tmp_path / "candidate.pftrace.d", *B)
     assert bad.returncode == 2
+
+
+def test_a_keys_run_spread_is_moderated_towards_its_neighbours() -> None:
+    """Three runs of a key: one odd run alone gives a huge band, three that happen to agree a
+    band of nothing; moderated towards the spread the rule's other keys show, both come near
+    it, and the band gets the degrees of freedom of both."""
+    odd = run_spread([[100] * 5, [101] * 5, [125] * 5])
+    agreeing = run_spread([[100] * 5, [100] * 5, [100] * 5])
+    neighbours = [run_spread([[100] * 5, [100 + d] * 5, [100 - d] * 5]) for d in (2, 3, 4, 5)]
+    assert odd is not None and agreeing is not None and None not in neighbours
+    prior = common_spread([s for s in neighbours if s is not None], dof=4)
+    assert prior is not None
+    typical = run_noise(prior, 3, 0.95)
+    alone_odd, alone_agreeing = run_noise(odd, 3, 0.95), run_noise(agreeing, 3, 0.95)
+    moderated_odd = run_noise(odd, 3, 0.95, prior)
+    moderated_agreeing = run_noise(agreeing, 3, 0.95, prior)
+    assert alone_agreeing == 0 < moderated_agreeing < typical < moderated_odd < alone_odd
+    assert common_spread([s for s in neighbours[:2] if s is not None], dof=4) is None
+
+
+def test_the_noise_band_holds_for_the_whole_check() -> None:
+    """With per_check, each key's band is at 1 - (1 - confidence) / keys: wider as a check
+    judges more keys; a run far outside it is still a regression."""
+    spread = run_spread([[100] * 5, [103] * 5, [98] * 5])
+    assert spread is not None
+    assert run_noise(spread, 3, 1 - 0.05 / 11) > run_noise(spread, 3, 0.95)
+
+    def runs(*medians: int) -> list[list[int]]:
+        return [[m] * 20 for m in medians]
+
+    keys = {f"share/decode/OP{i}/r": runs(100, 103, 98) for i in range(10)}
+    base = Baseline({}, {**keys, "step/decode": runs(100, 101, 99)})
+    one_off = Baseline({}, {**{k: runs(100) for k in keys}, "step/decode": runs(100)})
+    one_off.samples["share/decode/OP0/r"] = runs(112)
+    far = Baseline({}, {**one_off.samples, "share/decode/OP1/r": runs(140)})
+    whole = Settings()
+    each = Settings(per_check=False)
+    assert not compare(base, one_off, DEFAULT_RULES, whole).failed
+    assert compare(base, one_off, DEFAULT_RULES, each).failed
+    assert [v.key for v in compare(base, far, DEFAULT_RULES, whole).verdicts if v.failed] == [
+        "share/decode/OP1/r"]

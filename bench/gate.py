@@ -1,0 +1,99 @@
+"""The regression gate's false alarms and power, from runs recorded once and judged in process.
+
+Each recording is kept as its one-run baseline (JSON, under $PROFINFER_CACHE/bench/gate/SETUP/),
+so a change to `check`'s statistics is judged again on the same runs without recording them
+anew (delete the folder to record afresh). Setups: tiny-llama and medium-llama at 1 thread
+(pinned to the last CPU: this VM's two vCPUs differ in speed) and 2 threads, RUNS runs each,
+then HOGGED runs with a busy loop pinned to the last CPU; medium-llama variants with ffn_down in
+F16 in 3 or 1 of 24 layers (scripts/make_models.py: about 10 % and 4 % more ffn_down time) at 2
+threads, RUNS - POOLED runs each. The first POOLED runs of a setup are the baseline that its
+later runs, its hogged runs and (medium-llama t2's) the variants are checked against with the
+default rules.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from profinfer_perfetto.check.baseline import Baseline, from_traces, merged
+from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings
+from profinfer_perfetto.check.verdict import REGRESSION, compare
+from scripts import assets
+
+RUNS = 23
+POOLED = 3
+HOGGED = 5
+SETUPS = (("tiny-llama", 1, 48), ("tiny-llama", 2, 48), ("medium-llama", 1, 32),
+          ("medium-llama", 2, 32))
+VARIANTS = ("medium-llama-down3", "medium-llama-down1")
+DOWN_SHARE = "share/decode/MUL_MAT/ffn_out"
+"""ffn_down's share of the decode step (its tensor is named ffn_out)."""
+FOLDER = assets.CACHE / "bench" / "gate"
+MAKE_MODELS = Path(__file__).resolve().parent.parent / "scripts" / "make_models.py"
+
+Completion = Callable[[str, int, int], list[str]]
+
+
+def _busy_loop(cpu: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c", "while :; do :; done"])
+
+
+def recorded(folder: Path, count: int, command: list[str], hog: bool = False) -> list[Baseline]:
+    """`count` recordings of `command` (under `record`), each kept as FOLDER/i.json and recorded
+    only where missing; with a busy loop on the last CPU while they run if `hog`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    missing = [i for i in range(count) if not (folder / f"{i}.json").exists()]
+    busy = _busy_loop(max(os.sched_getaffinity(0))) if hog and missing else None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "run.pftrace"
+            for i in missing:
+                subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                                str(trace), "--", *command], check=True, capture_output=True)
+                from_traces([trace], "builtin").save(folder / f"{i}.json")
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    return [Baseline.load([folder / f"{i}.json"]) for i in range(count)]
+
+
+def _judged(base: Baseline, runs: list[Baseline], settings: Settings) -> dict[str, Any]:
+    """Each run checked against `base` with the default rules: runs and keys flagged."""
+    results = [compare(base, run, DEFAULT_RULES, settings) for run in runs]
+    flagged = [[v.key for v in r.verdicts if v.verdict == REGRESSION] for r in results]
+    return {"checks": len(runs), "flagged_runs": sum(bool(f) for f in flagged),
+            "flagged_keys": sum(map(len, flagged)),
+            "decided_keys": sum(v.change is not None for r in results for v in r.verdicts),
+            "which": sorted({k for f in flagged for k in f}),
+            "down_share_flagged": sum(DOWN_SHARE in f for f in flagged)}
+
+
+def bench_gate(completion: Completion, settings: Settings | None = None) -> dict[str, Any]:
+    """False alarms (later runs of each setup), hogs and real slowdowns (to be caught)."""
+    settings = settings or Settings()
+    subprocess.run([sys.executable, str(MAKE_MODELS), str(assets.MODELS), "--only", *VARIANTS],
+                   check=True, capture_output=True)
+    last = max(os.sched_getaffinity(0))
+    results: dict[str, Any] = {}
+    for model, threads, tokens in SETUPS:
+        pin = ["taskset", "-c", str(last)] if threads == 1 else []
+        command = [*pin, *completion(model, tokens, threads)]
+        setup = f"{model} t{threads}"
+        runs = recorded(FOLDER / f"{model}-t{threads}", RUNS, command)
+        hogged = recorded(FOLDER / f"{model}-t{threads}-hog", HOGGED, command, hog=True)
+        base = merged(runs[:POOLED])
+        results[f"{setup}: reruns"] = _judged(base, runs[POOLED:], settings)
+        results[f"{setup}: busy loop on CPU {last}"] = _judged(base, hogged, settings)
+        if (model, threads) == ("medium-llama", 2):
+            for variant in VARIANTS:
+                slower = recorded(FOLDER / f"{variant}-t2", RUNS - POOLED,
+                                  completion(variant, tokens, threads))
+                results[f"{setup}: {variant}"] = _judged(base, slower, settings)
+    return results
