@@ -421,6 +421,7 @@ def test_every_metric_is_checked() -> None:
     tested = {"token_latency", "token_steps", "op_summary", "thread_balance", "graph_summary",
               "kv_growth", "op_cost", "counters", "sequences", "interference",
               "interference_tasks", "interference_ops", "roofline",
-              "moe_experts", "moe_cost"}  # in test_routing.py, on a Mixture-of-Experts model
+              "moe_experts", "moe_cost",  # in test_routing.py, on a Mixture-of-Experts model
+              "backend_split"}  # in test_backends.py, on a BLAS build
     assert tested == set(canned())
 
