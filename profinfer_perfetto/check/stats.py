@@ -95,7 +95,7 @@ def run_noise(own: Spread, runs: int, confidence: float, prior: Spread | None = 
     relative change: the `confidence` prediction band of a new run's log-median (Student's t,
     widened by sqrt(1 + 1/runs) for the new run).
 
-    With a `prior` (common_spread of the keys judged alike), the key's own variance is moderated
+    With a `prior` (common_spread of the keys a check judges), the key's own variance is moderated
     towards it, as limma moderates the variances of few replicates (Smyth 2004): a weighted mean
     of the two by their degrees of freedom, with their sum as its own. Three runs alone give a
     variance from two degrees of freedom: one odd run makes the band huge, and three runs that

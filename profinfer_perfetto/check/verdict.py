@@ -98,12 +98,11 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             "the baseline is one run: the interval knows within-run noise only; a baseline of "
             "several runs (query 'runs/*.pftrace' --save-baseline) also knows how runs differ")
     confidence = f"{settings.confidence:.0%}"
-    judged: list[tuple[Rule, str, Change, Spread | None, Spread | None]] = []
-    for rule in rules:
-        keys = _watched(rule, base)
-        spreads = {k: run_spread(base.samples[k]) for k in keys}
-        prior = common_spread([s for s in spreads.values() if s is not None],
-                              settings.prior_dof)
+    judged: list[tuple[Rule, str, Change, Spread | None]] = []
+    watched = {rule: _watched(rule, base) for rule in rules}
+    spreads = {k: run_spread(base.samples[k]) for keys in watched.values() for k in keys}
+    prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
+    for rule, keys in watched.items():
         for key in keys:
             a, b = base.samples[key], new.samples.get(key, [])
             base_n, new_n = sum(map(len, a)), sum(map(len, b))
@@ -115,10 +114,10 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                                                confidence=confidence))
             else:
                 change = median_change(a, b, settings.confidence, settings.resamples)
-                judged.append((rule, key, change, spreads[key], prior))
+                judged.append((rule, key, change, spreads[key]))
     # The runs' noise holds for the whole check: each key's band at 1 - (1 - confidence) / keys.
     each = 1 - (1 - settings.confidence) / (len(judged) if settings.per_check else 1)
-    for rule, key, change, own, prior in judged:
+    for rule, key, change, own in judged:
         noise = None if own is None else run_noise(own, base.runs_of(key), each, prior)
         result.verdicts.append(Verdict(rule, key, _judge(rule, change, noise),
                                        sum(map(len, base.samples[key])),
