@@ -1,8 +1,8 @@
 """The regression gate's false alarms and power, from runs recorded once and judged in process.
 
-Each recording is kept as its one-run baseline (JSON, under $PROFINFER_CACHE/bench/gate/SETUP/),
-so a change to `check`'s statistics is judged again on the same runs without recording them
-anew (delete the folder to record afresh). Setups: tiny-llama and medium-llama at 1 thread
+Each recording is kept (under $PROFINFER_CACHE/bench/gate/SETUP/), so a change to `check`'s
+statistics or keys is judged again on the same runs without recording them anew (delete the
+folder to record afresh). Setups: tiny-llama and medium-llama at 1 thread
 (pinned to the last CPU: this VM's two vCPUs differ in speed) and 2 threads, RUNS runs each,
 then HOGGED runs with a busy loop pinned to the last CPU; medium-llama variants with ffn_down in
 F16 in 3 or 1 of 24 layers (scripts/make_models.py: about 10 % and 4 % more ffn_down time) at 2
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,23 +44,24 @@ def _busy_loop(cpu: int) -> subprocess.Popen[bytes]:
 
 
 def recorded(folder: Path, count: int, command: list[str], hog: bool = False) -> list[Baseline]:
-    """`count` recordings of `command` (under `record`), each kept as FOLDER/i.json and recorded
-    only where missing; with a busy loop on the last CPU while they run if `hog`."""
+    """`count` recordings of `command` (under `record`), each kept as FOLDER/i.pftrace and
+    recorded only where missing (with a busy loop on the last CPU while they run if `hog`);
+    each as its one-run baseline."""
     folder.mkdir(parents=True, exist_ok=True)
-    missing = [i for i in range(count) if not (folder / f"{i}.json").exists()]
+    traces = [folder / f"{i}.pftrace" for i in range(count)]
+    missing = [t for t in traces if not t.exists()]
     busy = _busy_loop(max(os.sched_getaffinity(0))) if hog and missing else None
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            trace = Path(tmp) / "run.pftrace"
-            for i in missing:
-                subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                                str(trace), "--", *command], check=True, capture_output=True)
-                from_traces([trace], "builtin").save(folder / f"{i}.json")
+        for trace in missing:
+            part = trace.with_suffix(".recording")
+            subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                            str(part), "--", *command], check=True, capture_output=True)
+            part.rename(trace)
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
-    return [Baseline.load([folder / f"{i}.json"]) for i in range(count)]
+    return [from_traces([trace], "builtin") for trace in traces]
 
 
 def _judged(base: Baseline, runs: list[Baseline], settings: Settings) -> dict[str, Any]:

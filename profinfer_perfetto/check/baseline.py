@@ -1,6 +1,7 @@
 """A baseline: the samples `check` compares, and what the runs were made from.
 
 Samples are latency distributions in ns, keyed like `step/decode` (token-step latency),
+`window/decode` (the mean step latency of each 8 consecutive steps),
 `op/decode/MUL_MAT/ffn_gate` (op instance time, all layers), `share/decode/MUL_MAT/ffn_gate`
 (per step, the op's summed node time as parts per million of the step's time: what a change to
 the op moves and a slower or faster machine, which slows every op alike, does not) or, for
@@ -29,6 +30,11 @@ FORMAT = "profinfer-perfetto baseline 2"
 SHARE = "share"
 """The key kind of an op's share of each step (parts per million of the step's time)."""
 PPM = 1_000_000
+WINDOW_KEY = "window"
+"""The key kind of a phase's mean step time over WINDOW consecutive steps (one sample per
+step that starts a window): what a run sustains, which a CPU shared with another task slows
+even where its steps are too short for the median step to show it (most run untouched)."""
+WINDOW = 8
 MAX_SAMPLES = 20_000
 """Per key; a longer distribution is subsampled (seeded), which keeps its quantiles."""
 
@@ -128,6 +134,11 @@ def _from_query(q: TraceQuery) -> Baseline:
     for phase, dur in steps:
         samples.setdefault(f"step/{phase}", []).append(int(dur))
         phase_time[phase] = phase_time.get(phase, 0) + int(dur)
+    for phase in phase_time:
+        durs = np.asarray(samples[f"step/{phase}"], np.float64)
+        if len(durs) >= WINDOW:
+            means = np.convolve(durs, np.ones(WINDOW) / WINDOW, mode="valid")
+            samples[f"{WINDOW_KEY}/{phase}"] = np.rint(means).astype(int).tolist()
     totals: dict[str, int] = {}
     if q.sql("select count(*) from sched").rows[0][0]:
         for phase, stalled in q.sql("select phase, stalled from profinfer_step_interference "

@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from profinfer_perfetto.check.baseline import Baseline
+from profinfer_perfetto.check.baseline import WINDOW, WINDOW_KEY, Baseline, from_traces
 from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings
 from profinfer_perfetto.check.stats import common_spread, median_change, run_noise, run_spread
 from profinfer_perfetto.check.verdict import compare
@@ -256,3 +256,14 @@ def test_the_noise_band_holds_for_the_whole_check() -> None:
     assert compare(base, one_off, DEFAULT_RULES, each).failed
     assert [v.key for v in compare(base, far, DEFAULT_RULES, whole).verdicts if v.failed] == [
         "share/decode/OP1/r"]
+
+
+def test_a_window_sample_is_the_mean_of_consecutive_steps(runs: dict[str, Path]) -> None:
+    """window/decode: one sample per step that starts WINDOW consecutive decode steps, their
+    mean; what a run sustains, judged by the default rules."""
+    base = from_traces([runs["base"]], "builtin")
+    steps = base.samples["step/decode"][0]
+    windows = base.samples[f"{WINDOW_KEY}/decode"][0]
+    assert len(windows) == len(steps) - WINDOW + 1
+    assert windows == [round(sum(steps[i:i + WINDOW]) / WINDOW) for i in range(len(windows))]
+    assert any(r.keys == f"{WINDOW_KEY}/decode" for r in DEFAULT_RULES)
