@@ -346,7 +346,9 @@ def _windows(model: str, threads: int, rounds: int
     import sys
 
     steps_file = CACHE / "window-steps.txt"
-    target = subprocess.Popen(completion(model, 1 << 20, threads, "--ignore-eos"),
+    # Without end: the context shifts when it fills (medium-llama's 4096 tokens last minutes).
+    target = subprocess.Popen(completion(model, 1 << 20, threads, "--ignore-eos",
+                                         "--context-shift"),
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     with steps_file.open("w") as steps_out:
