@@ -156,6 +156,11 @@ def read_drains(folder: Path, dtypes: dict[str, np.dtype]) -> Iterator[Drained]:
     """The drains written whole to a records folder, in order."""
     index = np.fromfile(folder / INDEX_FILE, np.int64)
     rows = index[:len(index) // len(dtypes) * len(dtypes)].reshape(-1, len(dtypes))
+    for (name, dtype), count in zip(dtypes.items(), rows.sum(axis=0).tolist(), strict=True):
+        path = folder / f"{name}.bin"
+        if path.stat().st_size < count * dtype.itemsize:
+            raise ProfinferError(f"{path} holds fewer records than {folder / INDEX_FILE} says: "
+                                 "the folder was changed after the recorder wrote it")
     files = {name: (folder / f"{name}.bin").open("rb") for name in dtypes}
     try:
         for row in rows.tolist():

@@ -4,6 +4,7 @@ written whole: every metric answers the same, on both engines."""
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -216,3 +217,14 @@ def test_recover_says_what_is_wrong_in_one_sentence(tmp_path: Path) -> None:
     (spill_path(output) / RUN_FILE).write_text('{"format": 1, "run": {"pid": "x"}}')
     with pytest.raises(ProfinferError, match="is not a run this version"):
         RecoverCommand(output).run()
+
+    rec = synthetic.decode_run(3, steps=4)
+    shutil.rmtree(spill_path(output))
+    spill = Spill(spill_path(output), len(rec.run.counters))
+    for drained in _drains(rec, 3):
+        spill(drained, rec.run)
+    spill.finish()
+    os.truncate(spill.folder / "events.bin", 64)
+    with pytest.raises(ProfinferError, match="holds fewer records than"):
+        RecoverCommand(output).run()
+    assert not output.exists() and not part_path(output).exists()
