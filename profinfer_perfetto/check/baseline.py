@@ -60,9 +60,6 @@ class Baseline:
         kind, _, rest = key.partition("/")
         return self.shares.get(f"op/{rest}", 0.0) if kind in ("op", SHARE) else 0.0
 
-    def runs_of(self, key: str) -> int:
-        return sum(1 for run in self.samples.get(key, []) if run)
-
     @property
     def runs(self) -> int:
         return max((len(r) for r in self.samples.values()), default=0)

@@ -90,10 +90,10 @@ def common_spread(spreads: list[Spread], dof: float) -> Spread | None:
     return Spread(float(np.median([s.variance for s in spreads])), dof)
 
 
-def run_noise(own: Spread, runs: int, confidence: float, prior: Spread | None = None) -> float:
-    """How far the median of one more run may lie from the pooled median of `runs` runs, as a
-    relative change: the `confidence` prediction band of a new run's log-median (Student's t,
-    widened by sqrt(1 + 1/runs) for the new run).
+def run_noise(own: Spread, confidence: float, prior: Spread | None = None) -> float:
+    """How far the median of one more run may lie from the pooled median of the runs `own` was
+    measured on, as a relative change: the `confidence` prediction band of a new run's
+    log-median (Student's t, widened by sqrt(1 + 1/runs) for the new run).
 
     With a `prior` (common_spread of the keys a check judges), the key's own variance is moderated
     towards it, as limma moderates the variances of few replicates (Smyth 2004): a weighted mean
@@ -101,7 +101,7 @@ def run_noise(own: Spread, runs: int, confidence: float, prior: Spread | None = 
     variance from two degrees of freedom: one odd run makes the band huge, and three runs that
     happen to agree make it too narrow; the keys beside it know better what runs do.
     """
-    variance, dof = own.variance, own.dof
+    variance, dof, runs = own.variance, own.dof, own.dof + 1
     if prior is not None:
         variance = (prior.dof * prior.variance + dof * variance) / (prior.dof + dof)
         dof += prior.dof

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
 from profinfer_perfetto.check.baseline import Baseline, describe, shown
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
-    Spread,
     common_spread,
     median_change,
     run_noise,
@@ -98,7 +97,9 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             "the baseline is one run: the interval knows within-run noise only; a baseline of "
             "several runs (query 'runs/*.pftrace' --save-baseline) also knows how runs differ")
     confidence = f"{settings.confidence:.0%}"
-    judged: list[tuple[Rule, str, Change, Spread | None]] = []
+    judged: list[int] = []
+    """The verdicts with a change, judged once every key's is known (their band depends on how
+    many there are)."""
     watched = {rule: _watched(rule, base) for rule in rules}
     spreads = {k: run_spread(base.samples[k]) for keys in watched.values() for k in keys}
     prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
@@ -107,22 +108,23 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             a, b = base.samples[key], new.samples.get(key, [])
             base_n, new_n = sum(map(len, a)), sum(map(len, b))
             if not new_n:
-                result.verdicts.append(Verdict(rule, key, MISSING, base_n, 0,
-                                               confidence=confidence))
+                verdict, change = MISSING, None
             elif min(base_n, new_n) < settings.min_samples:
-                result.verdicts.append(Verdict(rule, key, UNDECIDED, base_n, new_n,
-                                               confidence=confidence))
+                verdict, change = UNDECIDED, None
             else:
+                verdict = OK
                 change = median_change(a, b, settings.confidence, settings.resamples)
-                judged.append((rule, key, change, spreads[key]))
+                judged.append(len(result.verdicts))
+            result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
+                                           confidence))
     # The runs' noise holds for the whole check: each key's band at 1 - (1 - confidence) / keys.
     each = 1 - (1 - settings.confidence) / (len(judged) if settings.per_check else 1)
-    for rule, key, change, own in judged:
-        noise = None if own is None else run_noise(own, base.runs_of(key), each, prior)
-        result.verdicts.append(Verdict(rule, key, _judge(rule, change, noise),
-                                       sum(map(len, base.samples[key])),
-                                       sum(map(len, new.samples[key])), change, confidence,
-                                       noise))
+    for i in judged:
+        v = result.verdicts[i]
+        assert v.change is not None
+        own = spreads[v.key]
+        noise = None if own is None else run_noise(own, each, prior)
+        result.verdicts[i] = replace(v, verdict=_judge(v.rule, v.change, noise), noise=noise)
     if not result.verdicts:
         result.warnings.append(
             f"no rule matched a key of the baseline ({describe(base.made_from)})")

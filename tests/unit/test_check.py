@@ -227,10 +227,10 @@ def test_a_keys_run_spread_is_moderated_towards_its_neighbours() -> None:
     assert odd is not None and agreeing is not None and None not in neighbours
     prior = common_spread([s for s in neighbours if s is not None], dof=4)
     assert prior is not None
-    typical = run_noise(prior, 3, 0.95)
-    alone_odd, alone_agreeing = run_noise(odd, 3, 0.95), run_noise(agreeing, 3, 0.95)
-    moderated_odd = run_noise(odd, 3, 0.95, prior)
-    moderated_agreeing = run_noise(agreeing, 3, 0.95, prior)
+    typical = run_noise(prior, 0.95)
+    alone_odd, alone_agreeing = run_noise(odd, 0.95), run_noise(agreeing, 0.95)
+    moderated_odd = run_noise(odd, 0.95, prior)
+    moderated_agreeing = run_noise(agreeing, 0.95, prior)
     assert alone_agreeing == 0 < moderated_agreeing < typical < moderated_odd < alone_odd
     assert common_spread([s for s in neighbours[:2] if s is not None], dof=4) is None
 
@@ -240,7 +240,7 @@ def test_the_noise_band_holds_for_the_whole_check() -> None:
     judges more keys; a run far outside it is still a regression."""
     spread = run_spread([[100] * 5, [103] * 5, [98] * 5])
     assert spread is not None
-    assert run_noise(spread, 3, 1 - 0.05 / 11) > run_noise(spread, 3, 0.95)
+    assert run_noise(spread, 1 - 0.05 / 11) > run_noise(spread, 0.95)
 
     def runs(*medians: int) -> list[list[int]]:
         return [[m] * 20 for m in medians]
