@@ -4,11 +4,10 @@ Each recording is kept (under $PROFINFER_CACHE/bench/gate/SETUP/), so a change t
 statistics or keys is judged again on the same runs without recording them anew (delete the
 folder to record afresh). Setups: tiny-llama and medium-llama at 1 thread
 (pinned to the last CPU: this VM's two vCPUs differ in speed) and 2 threads, RUNS runs each,
-then HOGGED runs with a busy loop pinned to the last CPU; medium-llama variants with ffn_down in
-F16 in 3 or 1 of 24 layers (scripts/make_models.py: about 10 % and 4 % more ffn_down time) at 2
-threads, RUNS - POOLED runs each. The first POOLED runs of a setup are the baseline that its
-later runs, its hogged runs and (medium-llama t2's) the variants are checked against with the
-default rules.
+then HOGGED runs with a busy loop pinned to the last CPU, then RUNS - POOLED runs each with
+ffn_down's matmuls (named ffn_out) made 10 % and 5 % slower by a libggml-cpu built for it
+(bench/slowed.py). The first POOLED runs of a setup are the baseline that its later runs, its
+hogged runs and its slowed runs are checked against with the default rules.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.slowed import slowed_env
 from profinfer_perfetto.check.baseline import Baseline, from_traces, merged
 from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings
 from profinfer_perfetto.check.verdict import REGRESSION, compare
@@ -30,11 +30,11 @@ POOLED = 3
 HOGGED = 5
 SETUPS = (("tiny-llama", 1, 48), ("tiny-llama", 2, 48), ("medium-llama", 1, 32),
           ("medium-llama", 2, 32))
-VARIANTS = ("medium-llama-down3", "medium-llama-down1")
-DOWN_SHARE = "share/decode/MUL_MAT/ffn_out"
-"""ffn_down's share of the decode step (its tensor is named ffn_out)."""
+SLOWED = "ffn_out"
+"""The nodes slowed: ffn_down's matmuls (its tensor is named ffn_out)."""
+SLOWDOWNS = (10, 5)
+"""Percent."""
 FOLDER = assets.CACHE / "bench" / "gate"
-MAKE_MODELS = Path(__file__).resolve().parent.parent / "scripts" / "make_models.py"
 
 Completion = Callable[[str, int, int], list[str]]
 
@@ -43,9 +43,10 @@ def _busy_loop(cpu: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c", "while :; do :; done"])
 
 
-def recorded(folder: Path, count: int, command: list[str], hog: bool = False) -> list[Baseline]:
-    """`count` recordings of `command` (under `record`), each kept as FOLDER/i.pftrace and
-    recorded only where missing (with a busy loop on the last CPU while they run if `hog`);
+def recorded(folder: Path, count: int, command: list[str], hog: bool = False,
+             env: dict[str, str] | None = None) -> list[Baseline]:
+    """`count` recordings of `command` (under `record`, in `env`), each kept as FOLDER/i.pftrace
+    and recorded only where missing (with a busy loop on the last CPU while they run if `hog`);
     each as its one-run baseline."""
     folder.mkdir(parents=True, exist_ok=True)
     traces = [folder / f"{i}.pftrace" for i in range(count)]
@@ -55,7 +56,7 @@ def recorded(folder: Path, count: int, command: list[str], hog: bool = False) ->
         for trace in missing:
             part = trace.with_suffix(".recording")
             subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                            str(part), "--", *command], check=True, capture_output=True)
+                            str(part), "--", *command], check=True, capture_output=True, env=env)
             part.rename(trace)
     finally:
         if busy is not None:
@@ -71,15 +72,12 @@ def _judged(base: Baseline, runs: list[Baseline], settings: Settings) -> dict[st
     return {"checks": len(runs), "flagged_runs": sum(bool(f) for f in flagged),
             "flagged_keys": sum(map(len, flagged)),
             "decided_keys": sum(v.change is not None for r in results for v in r.verdicts),
-            "which": sorted({k for f in flagged for k in f}),
-            "down_share_flagged": sum(DOWN_SHARE in f for f in flagged)}
+            "which": sorted({k for f in flagged for k in f})}
 
 
 def bench_gate(completion: Completion, settings: Settings | None = None) -> dict[str, Any]:
     """False alarms (later runs of each setup), hogs and real slowdowns (to be caught)."""
     settings = settings or Settings()
-    subprocess.run([sys.executable, str(MAKE_MODELS), str(assets.MODELS), "--only", *VARIANTS],
-                   check=True, capture_output=True)
     last = max(os.sched_getaffinity(0))
     results: dict[str, Any] = {}
     for model, threads, tokens in SETUPS:
@@ -91,9 +89,8 @@ def bench_gate(completion: Completion, settings: Settings | None = None) -> dict
         base = merged(runs[:POOLED])
         results[f"{setup}: reruns"] = _judged(base, runs[POOLED:], settings)
         results[f"{setup}: busy loop on CPU {last}"] = _judged(base, hogged, settings)
-        if (model, threads) == ("medium-llama", 2):
-            for variant in VARIANTS:
-                slower = recorded(FOLDER / f"{variant}-t2", RUNS - POOLED,
-                                  completion(variant, tokens, threads))
-                results[f"{setup}: {variant}"] = _judged(base, slower, settings)
+        for percent in SLOWDOWNS:
+            slower = recorded(FOLDER / f"{model}-t{threads}-{SLOWED}{percent}", RUNS - POOLED,
+                              command, env=slowed_env(SLOWED, percent))
+            results[f"{setup}: {SLOWED} {percent} % slower"] = _judged(base, slower, settings)
     return results

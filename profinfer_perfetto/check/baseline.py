@@ -4,7 +4,9 @@ Samples are latency distributions in ns, keyed like `step/decode` (token-step la
 `window/decode` (the mean step latency of each 8 consecutive steps),
 `op/decode/MUL_MAT/ffn_gate` (op instance time, all layers), `share/decode/MUL_MAT/ffn_gate`
 (per step, the op's summed node time as parts per million of the step's time: what a change to
-the op moves and a slower or faster machine, which slows every op alike, does not) or, for
+the op moves and a slower or faster machine, which slows every op alike, does not),
+`rel/decode/MUL_MAT/ffn_gate` (per step, the op's time relative to the other nodes of its op in
+the step, in ppm: a kernel's speed against the same kernel's on the step's other tensors) or, for
 traces recorded with
 --sched, `interference/decode` (each step's time stalled on a thread waiting for a CPU: the
 `interference` metric's stalled_ns), kept per run (trace), so that a
@@ -30,6 +32,14 @@ FORMAT = "profinfer-perfetto baseline 2"
 SHARE = "share"
 """The key kind of an op's share of each step (parts per million of the step's time)."""
 PPM = 1_000_000
+REL = "rel"
+"""The key kind of an op's time relative to the other roles of its op in the same step (ppm):
+as the work of each role is the same from one decode step to the next, this is its time per
+unit of work against the same kernel's on the step's other tensors, measured side by side. A
+change to one role's kernel or tensor moves it in full (10 % slower: +10 %, whatever its share
+of the step), and what slows a kernel everywhere (a slower or busier machine) moves it not."""
+PER_STEP = (SHARE, REL)
+"""The key kinds in ppm, one sample per step."""
 WINDOW_KEY = "window"
 """The key kind of a phase's mean step time over WINDOW consecutive steps (one sample per
 step that starts a window): what a run sustains, which a CPU shared with another task slows
@@ -58,7 +68,7 @@ class Baseline:
     def share_of(self, key: str) -> float:
         """The share of its phase's time of the op behind an op or share key."""
         kind, _, rest = key.partition("/")
-        return self.shares.get(f"op/{rest}", 0.0) if kind in ("op", SHARE) else 0.0
+        return self.shares.get(f"op/{rest}", 0.0) if kind in ("op", *PER_STEP) else 0.0
 
     @property
     def runs(self) -> int:
@@ -120,7 +130,7 @@ def _from_query(q: TraceQuery) -> Baseline:
     steps = q.sql("select phase, dur from profinfer_step order by step").rows
     nodes = q.sql("select phase, op, role, dur from profinfer_node "
                   "where phase is not null order by graph, node").rows
-    in_steps = q.sql("select s.phase, n.op, n.role, 1.0 * sum(n.dur) / max(s.dur, 1) "
+    in_steps = q.sql("select s.step, s.phase, n.op, n.role, 1.0 * sum(n.dur) / max(s.dur, 1) "
                      "from profinfer_node n join profinfer_step s using (step) "
                      "group by s.step, n.op, n.role order by s.step, n.op, n.role").rows
     if not record:
@@ -141,8 +151,8 @@ def _from_query(q: TraceQuery) -> Baseline:
         for phase, stalled in q.sql("select phase, stalled from profinfer_step_interference "
                                     "order by step").rows:
             samples.setdefault(f"interference/{phase}", []).append(int(stalled))
-    for phase, op, role, share in in_steps:
-        samples.setdefault(f"{SHARE}/{phase}/{op}/{role}", []).append(round(share * PPM))
+    for key, values in _per_step(in_steps).items():
+        samples.setdefault(key, []).extend(values)
     for phase, op, role, dur in nodes:
         key = f"op/{phase}/{op}/{role}"
         samples.setdefault(key, []).append(int(dur))
@@ -159,9 +169,31 @@ def _from_query(q: TraceQuery) -> Baseline:
     return Baseline(made_from, {k: [_subsample(v)] for k, v in samples.items()}, shares)
 
 
+def _per_step(rows: list[tuple[Any, ...]]) -> dict[str, list[int]]:
+    """SHARE and REL samples from (step, phase, op, role, share of the step) rows, in step
+    order: a role's REL is its share over the summed shares of its op's other roles in the
+    step (none for an op of one role)."""
+    samples: dict[str, list[int]] = {}
+    by_op: dict[tuple[Any, ...], dict[str, float]] = {}
+    for step, phase, op, role, share in rows:
+        samples.setdefault(f"{SHARE}/{phase}/{op}/{role}", []).append(round(share * PPM))
+        by_op.setdefault((step, phase, op), {})[role] = share
+    for (_, phase, op), roles in by_op.items():
+        total = sum(roles.values())
+        for role, share in roles.items():
+            if total - share > 0:
+                samples.setdefault(f"{REL}/{phase}/{op}/{role}", []).append(
+                    round(share / (total - share) * PPM))
+    return samples
+
+
 def shown(key: str, value: float) -> str:
-    """A sample value of the key as people read it: a share in %, a time in us."""
-    return f"{value / PPM:.2%}" if key.startswith(f"{SHARE}/") else f"{value / 1e3:.1f} us"
+    """A sample value of the key as people read it: a share in %, a ratio, a time in us."""
+    if key.startswith(f"{SHARE}/"):
+        return f"{value / PPM:.2%}"
+    if key.startswith(f"{REL}/"):
+        return f"{value / PPM:.3f}x the rest"
+    return f"{value / 1e3:.1f} us"
 
 
 def describe(made_from: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree as ET
 
-from profinfer_perfetto.check.baseline import SHARE, shown
+from profinfer_perfetto.check.baseline import PER_STEP, shown
 from profinfer_perfetto.check.verdict import REGRESSION, UNDECIDED, CheckResult, Verdict
 from profinfer_perfetto.errors import ProfinferError
 
@@ -42,7 +42,7 @@ def as_json(result: CheckResult, out: TextIO) -> None:
         "verdicts": [
             {"rule": v.rule.name, "key": v.key, "verdict": v.verdict, "base_samples": v.base_n,
              "new_samples": v.new_n, "max_change": v.rule.max_change, "noise": v.noise,
-             "unit": "ppm of the step" if v.key.startswith(f"{SHARE}/") else "ns",
+             "unit": "ppm" if v.key.split("/")[0] in PER_STEP else "ns",
              **({"base_median": v.change.base_median, "new_median": v.change.new_median,
                  "change": v.change.change, "interval": [v.change.low, v.change.high]}
                 if v.change else {})}

@@ -14,6 +14,8 @@
     keys = "step/decode"  # a pattern (fnmatch) over keys: step/PHASE, window/PHASE (the mean
                           # of each 8 consecutive steps), op/PHASE/OP/ROLE,
                           # share/PHASE/OP/ROLE (the op's share of each step),
+                          # rel/PHASE/OP/ROLE (per step, the op's time over that of its
+                          # op's other nodes),
                           # interference/PHASE (time stalled per step; traces made with --sched)
     max_change = 0.05     # relative change of the median that fails, once the interval clears it
     min_abs_ns = 0        # changes of the median smaller than this never fail
@@ -61,11 +63,13 @@ DEFAULT_RULES = (
     # scheduler slice, which moves the mean of 8 steps and not the median step (bench gate).
     Rule("decode latency over 8 steps", "window/decode", 0.10),
     Rule("prefill latency", "step/prefill", 0.10),
-    # Ops by their share of each step, not their absolute time: a slower or busier machine
-    # slows every op alike (runs of one command here differ by 5-30 % as a whole), which moves
-    # every op's time and no op's share; a change to one op moves its share.
-    Rule("top decode ops' share of the step", "share/decode/*", 0.05, top=10),
-    Rule("top prefill ops' share of the step", "share/prefill/*", 0.15, top=5),
+    # Ops by their time against the other nodes of their op in the same step, not their
+    # absolute time: a slower or busier machine slows every op alike (runs of one command here
+    # differ by 5-30 % as a whole), which moves no op's rel; a change to one op's kernel or
+    # tensor moves its rel in full (a share moves by less, the smaller the op). Chosen on
+    # bench gate's recordings with one op class slowed by 10 and 5 % (README).
+    Rule("top decode ops against their op's other nodes", "rel/decode/*", 0.03, top=10),
+    Rule("top prefill ops against their op's other nodes", "rel/prefill/*", 0.10, top=5),
 )
 
 

@@ -71,13 +71,17 @@ def _watched(rule: Rule, base: Baseline) -> list[str]:
 
 def _judge(rule: Rule, change: Change, noise: float | None) -> str:
     """A regression (or improvement) is a change whose whole interval is past the limit, by at
-    least min_abs_ns, and further than the baseline's own runs stray from each other."""
-    worse = change.low if rule.direction == "increase" else -change.high
-    better = -change.high if rule.direction == "increase" else change.low
+    least min_abs_ns, and whose median lies further than the baseline's own runs' medians stray
+    from each other (the band is one more run's median: it holds the within-run noise already,
+    so the median, not the interval's far end, is what is held against it)."""
+    sign = 1 if rule.direction == "increase" else -1
+    worse = change.low if sign > 0 else -change.high
+    better = -change.high if sign > 0 else change.low
     big_enough = abs(change.new_median - change.base_median) >= rule.min_abs_ns
-    for past, verdict in ((worse, REGRESSION), (better, IMPROVEMENT)):
+    for past, moved, verdict in ((worse, sign * change.change, REGRESSION),
+                                 (better, -sign * change.change, IMPROVEMENT)):
         if past > rule.max_change and big_enough:
-            return WITHIN_NOISE if noise is not None and past <= noise else verdict
+            return WITHIN_NOISE if noise is not None and moved <= noise else verdict
     return OK
 
 

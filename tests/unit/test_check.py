@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from profinfer_perfetto.check.baseline import WINDOW, WINDOW_KEY, Baseline, from_traces
+from profinfer_perfetto.check.baseline import PPM, WINDOW, WINDOW_KEY, Baseline, from_traces
 from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings
 from profinfer_perfetto.check.stats import common_spread, median_change, run_noise, run_spread
 from profinfer_perfetto.check.verdict import compare
@@ -47,11 +47,11 @@ def test_an_injected_slowdown_is_flagged_and_named(cli: Cli, runs: dict[str, Pat
     assert result.returncode == 1, result.stderr
     flagged = [line for line in result.stdout.splitlines()
                if line.endswith("regression") and not line.startswith("::")]
-    assert len(flagged) == 1 and flagged[0].startswith("share/decode/MUL_MAT/Qcur")
-    assert "::error title=profinfer-perfetto: share/decode/MUL_MAT/Qcur slower::" in result.stdout
+    assert len(flagged) == 1 and flagged[0].startswith("rel/decode/MUL_MAT/Qcur")
+    assert "::error title=profinfer-perfetto: rel/decode/MUL_MAT/Qcur slower::" in result.stdout
     suite = ET.parse(report).getroot()
     failures = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
-    assert failures == ["share/decode/MUL_MAT/Qcur"] and suite.get("failures") == "1"
+    assert failures == ["rel/decode/MUL_MAT/Qcur"] and suite.get("failures") == "1"
 
 
 def test_the_same_run_again_passes(cli: Cli, runs: dict[str, Path]) -> None:
@@ -68,10 +68,9 @@ def test_json_and_a_saved_baseline(cli: Cli, runs: dict[str, Path], tmp_path: Pa
     assert result.returncode == 1
     doc = json.loads(result.stdout)
     bad = [v for v in doc["verdicts"] if v["verdict"] == "regression"]
-    assert [v["key"] for v in bad] == ["share/decode/MUL_MAT/Qcur"]
-    # Qcur 10 % slower: its share of the step s grows to 1.1 s / (1 + 0.1 s).
-    base, new = bad[0]["base_median"] / 1e6, bad[0]["new_median"] / 1e6
-    assert new == pytest.approx(1.1 * base / (1 + 0.1 * base), rel=0.02)
+    assert [v["key"] for v in bad] == ["rel/decode/MUL_MAT/Qcur"]
+    # Qcur 10 % slower: its time against the other matmuls' grows 10 %.
+    assert bad[0]["new_median"] == pytest.approx(1.1 * bad[0]["base_median"], rel=0.02)
     low, high = bad[0]["interval"]
     assert 0.05 < low < bad[0]["change"] < high
 
@@ -163,17 +162,17 @@ def test_a_baseline_of_several_runs_knows_how_runs_differ(cli: Cli, tmp_path: Pa
     assert "the baseline is one run" not in pooled.stdout
 
 
-def test_a_slower_machine_moves_no_share_and_runs_show_their_spread(cli: Cli,
+def test_a_slower_machine_moves_no_rel_and_runs_show_their_spread(cli: Cli,
                                                                    tmp_path: Path) -> None:
     """Baseline runs that differ by up to 15 % as a whole: a candidate 12 % slower as a whole is
-    within the spread its runs show (and moves no op's share), one whose Qcur alone is 10 %
-    slower is caught by Qcur's share of the step."""
+    within the spread its runs show (and moves no op's rel), one whose Qcur alone is 10 %
+    slower is caught by its rel (its time against the other matmuls')."""
     runs = tmp_path / "runs"
     runs.mkdir()
     for seed, speed in ((30, 1.0), (31, 1.15), (32, 0.95)):
-        trace(runs, f"run{seed}", seed=seed, speed=speed)
-    slower = trace(tmp_path, "slower", seed=14, speed=1.12)
-    slow_op = trace(tmp_path, "slow_op", seed=24, slow="MUL_MAT/Qcur", factor=1.10)
+        trace(runs, f"run{seed}", seed=seed, speed=speed, noise=0.04)
+    slower = trace(tmp_path, "slower", seed=14, speed=1.12, noise=0.04)
+    slow_op = trace(tmp_path, "slow_op", seed=24, slow="MUL_MAT/Qcur", factor=1.10, noise=0.04)
     verdicts = {}
     for name, candidate in (("slower", slower), ("slow_op", slow_op)):
         result = cli("check", candidate, "--baseline", f"{runs}/*.pftrace", "--format", "json",
@@ -183,9 +182,9 @@ def test_a_slower_machine_moves_no_share_and_runs_show_their_spread(cli: Cli,
     step = verdicts["slower"]["step/decode"]
     assert step["change"] > 0.05 and step["noise"] > step["change"]
     assert all(v["verdict"] == "ok" for k, v in verdicts["slower"].items()
-               if k.startswith("share/decode/"))
+               if k.startswith("rel/decode/"))
     assert [k for k, v in verdicts["slow_op"].items() if v["verdict"] == "regression"] \
-        == ["share/decode/MUL_MAT/Qcur"]
+        == ["rel/decode/MUL_MAT/Qcur"]
 
 
 def test_a_slow_drift_shows_in_the_trend_before_it_fails(cli: Cli, tmp_path: Path) -> None:
@@ -201,14 +200,14 @@ def test_a_slow_drift_shows_in_the_trend_before_it_fails(cli: Cli, tmp_path: Pat
     result = cli("check", candidate, "--baseline", history, "--trend", trend, "--trend-plot",
                  plot, *B)
     assert result.returncode == 0, result.stdout
-    key = "share/decode/MUL_MAT/Qcur"
+    key = "rel/decode/MUL_MAT/Qcur"
     assert f"warning: {key} drifts +" in result.stdout
     found = {t["key"]: t for t in json.loads(trend.read_text())}
     assert len(found[key]["medians"]) == 6 and found[key]["drifting"]
     assert found[key]["medians"] == sorted(found[key]["medians"])
-    assert not found["share/decode/MUL_MAT/ffn_up"]["drifting"]
+    assert not found["rel/decode/MUL_MAT/ffn_up"]["drifting"]
     ids = {e.get("id") for e in ET.parse(plot).getroot().iter()}
-    assert "trend_share-decode-MUL-MAT-Qcur" in ids
+    assert "trend_rel-decode-MUL-MAT-Qcur" in ids
     last = cli("check", candidate, "--baseline", history, "--last", "2", "--trend", trend, *B)
     assert last.returncode == 0, last.stdout
     assert len(json.loads(trend.read_text())[0]["medians"]) == 3
@@ -245,17 +244,17 @@ def test_the_noise_band_holds_for_the_whole_check() -> None:
     def runs(*medians: int) -> list[list[int]]:
         return [[m] * 20 for m in medians]
 
-    keys = {f"share/decode/OP{i}/r": runs(100, 103, 98) for i in range(10)}
+    keys = {f"rel/decode/OP{i}/r": runs(100, 103, 98) for i in range(10)}
     base = Baseline({}, {**keys, "step/decode": runs(100, 101, 99)})
     one_off = Baseline({}, {**{k: runs(100) for k in keys}, "step/decode": runs(100)})
-    one_off.samples["share/decode/OP0/r"] = runs(112)
-    far = Baseline({}, {**one_off.samples, "share/decode/OP1/r": runs(140)})
+    one_off.samples["rel/decode/OP0/r"] = runs(110)
+    far = Baseline({}, {**one_off.samples, "rel/decode/OP1/r": runs(140)})
     whole = Settings()
     each = Settings(per_check=False)
     assert not compare(base, one_off, DEFAULT_RULES, whole).failed
     assert compare(base, one_off, DEFAULT_RULES, each).failed
     assert [v.key for v in compare(base, far, DEFAULT_RULES, whole).verdicts if v.failed] == [
-        "share/decode/OP1/r"]
+        "rel/decode/OP1/r"]
 
 
 def test_a_window_sample_is_the_mean_of_consecutive_steps(runs: dict[str, Path]) -> None:
@@ -267,3 +266,31 @@ def test_a_window_sample_is_the_mean_of_consecutive_steps(runs: dict[str, Path])
     assert len(windows) == len(steps) - WINDOW + 1
     assert windows == [round(sum(steps[i:i + WINDOW]) / WINDOW) for i in range(len(windows))]
     assert any(r.keys == f"{WINDOW_KEY}/decode" for r in DEFAULT_RULES)
+
+
+def test_a_rel_sample_is_an_ops_time_against_its_kinds_other_nodes(
+        runs: dict[str, Path]) -> None:
+    """rel/PHASE/OP/ROLE: per step, a role's time over the summed time of its op's other roles
+    in that step (ppm); none for an op of one role. A 10 % slower Qcur moves its own rel by
+    10 % (whatever its share of the step) and the others' by less."""
+    base = from_traces([runs["base"]], "builtin")
+    slow = from_traces([runs["slow"]], "builtin")
+    shares = {k: base.samples[k][0] for k in base.samples if k.startswith("share/decode/")}
+    roles = [k.rsplit("/", 1)[1] for k in shares if k.startswith("share/decode/MUL_MAT/")]
+    assert len(roles) > 1
+    for role in roles:
+        mine = np.array(shares[f"share/decode/MUL_MAT/{role}"], float)
+        rest = sum(np.array(shares[f"share/decode/MUL_MAT/{r}"], float)
+                   for r in roles if r != role)
+        expected = np.rint(mine / rest * PPM)
+        got = np.array(base.samples[f"rel/decode/MUL_MAT/{role}"][0], float)
+        assert np.allclose(got, expected, rtol=1e-4)  # from shares rounded to ppm
+    alone = [k.split("/")[2] for k in shares
+             if sum(s.split("/")[2] == k.split("/")[2] for s in shares) == 1]
+    assert alone and not any(f"rel/decode/{op}/" in k for op in alone for k in base.samples)
+
+    def change(key: str) -> float:
+        return float(np.median(slow.samples[key][0]) / np.median(base.samples[key][0]) - 1)
+
+    assert change("rel/decode/MUL_MAT/Qcur") == pytest.approx(0.10, abs=0.02)
+    assert change("rel/decode/MUL_MAT/Qcur") > change("share/decode/MUL_MAT/Qcur")
