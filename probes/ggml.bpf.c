@@ -3,7 +3,9 @@
 // Two BPF ring buffers cross to user space, read in bulk without a wakeup per event:
 //   events: one 40-byte record (and 8 bytes per perf counter read) per token, graph, op and
 //           barrier boundary;
-//   nodes:  one descriptor per computed graph node (from the thread with ith == 0 only).
+//   nodes:  one descriptor per graph node, sent when a graph is computed for the first time
+//           after it was built (graph_begin), and again only for nodes whose bytes changed.
+//           The op probes do no more than the barrier probe: they never read a node.
 // Every record of a ring has the same size, so the reader parses a whole ring as one
 // numpy array (profinfer_perfetto/capture/ringbuf.py).
 //
@@ -42,11 +44,13 @@
 //                    wakes the recorder when they should)
 //   OP_FILTER        1: only ops whose op id is set in `op_traced`, or whose tensor name starts
 //                    with NAME_PREFIX (NAME_PREFIX_LEN bytes, 0 = no name pattern)
-//   REFRESH_EVERY    a node is described again only when its bytes changed, or at every
-//                    REFRESH_EVERY-th use (its sources' shapes are not in its own bytes)
-//   GRAPH_BUILDS     1 (llama.cpp): `graph_alloc` counts graph (re)builds; a node checked since
-//                    the last build is not read again until its next refresh (a reused graph
-//                    keeps its nodes as they were)
+//   REFRESH_EVERY    a graph's nodes are all described again at every REFRESH_EVERY-th
+//                    computation of it (their sources' shapes are not in their own bytes)
+//   GRAPH_BUILDS     1 (llama.cpp): `graph_alloc` counts graph (re)builds; a graph described
+//                    since the last build is not read again until its next refresh (a reused
+//                    graph keeps its nodes as they were); 0: every computation of a graph reads
+//                    its nodes and sends those whose bytes changed
+//   MAX_GRAPHS       graphs (by address) whose last description the probes remember
 //   AGGREGATE        1: no op events; each thread's share of a node is summed into `op_stats`
 //                    (count, work, barrier wait, max, log2 histogram of work) keyed by tensor,
 //                    and a node is described once
@@ -75,7 +79,7 @@ struct src {
 };
 
 struct node {
-    u64 ts;        // equals the ts of the op-begin event that described it
+    u64 ts;        // of the event whose probe described it: its graph's begin (--aggregate: its first op begin)
     u64 ptr;
     u64 view_src;
     s64 ne[4];
@@ -107,12 +111,13 @@ BPF_PERCPU_ARRAY(lost, u64, N_RINGS);
 BPF_PERCPU_ARRAY(scratch, struct tensor_bytes, 2);  // [0] the node, [1] one of its sources
 struct seen {
     u64 signature; // of the tensor's bytes when it was last described
-    u64 uses;
-    u64 build;     // the graph build it was last checked in
     u64 routes;    // its op routes tokens to experts (MUL_MAT_ID, ADD_ID)
 };
 BPF_HASH(described_as, u64, struct seen, MAX_TENSORS);
 BPF_ARRAY(graph_builds, u64, 1);
+// 1 once a node that routes tokens to experts was described: only then do the op probes look
+// a node up (for its routing), so that a dense model's op path reads no map.
+BPF_ARRAY(routing_seen, u64, 1);
 
 // ggml_gallocr_alloc_graph: a graph was (re)built; its nodes may have changed.
 int graph_alloc(struct pt_regs *ctx) {
@@ -345,8 +350,6 @@ static __always_inline u64 signature(const u8 *b) {
     return h;
 }
 
-// Copy one tensor's descriptor into the nodes ring (counted as lost when it is full),
-// unless the last one sent for it still holds (graphs are reused from token to token).
 // Whether an op routes tokens to experts, from its tensor's bytes.
 static __always_inline u64 routes_of(const u8 *bytes) {
     u32 op = 0;
@@ -354,21 +357,14 @@ static __always_inline u64 routes_of(const u8 *bytes) {
     return op == (u32)OP_MUL_MAT_ID || op == (u32)OP_ADD_ID;
 }
 
-// Send the node's descriptor unless it is known unchanged; returns whether its op routes tokens
-// to experts (known without reading the tensor on the cheap path).
-static __always_inline u64 describe(u64 ts, const void *tensor) {
+#define ROUTES 1  // describe(): the node's op routes tokens to experts
+#define LOST 2    // describe(): its descriptor was lost (the nodes ring was full)
+
+// Copy one tensor's descriptor into the nodes ring (counted as lost when it is full), unless
+// the last one sent for it still holds and `force` is 0; returns ROUTES and LOST flags.
+static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
     int zero = 0;
     u64 key = (u64)tensor;
-    u64 *builds = graph_builds.lookup(&zero);
-    u64 build = builds ? *builds : 0;
-    struct seen *seen = described_as.lookup(&key);
-#if GRAPH_BUILDS
-    // Checked since the last graph build: unchanged (the cheap path, most ops).
-    if (seen && seen->build == build && (seen->uses + 1) % REFRESH_EVERY != 0) {
-        seen->uses++;
-        return seen->routes;
-    }
-#endif
     struct tensor_bytes *t = scratch.lookup(&zero);
     if (!t)
         return 0;
@@ -377,17 +373,20 @@ static __always_inline u64 describe(u64 ts, const void *tensor) {
     }
     u64 sig = signature(t->b);
     u64 routes = routes_of(t->b);
-    if (seen && seen->signature == sig && ++seen->uses % REFRESH_EVERY != 0) {
-        seen->build = build;
+    struct seen *seen = described_as.lookup(&key);
+    if (seen && seen->signature == sig && !force)
         return routes;
-    }
-    struct seen fresh = {.signature = sig, .uses = 0, .build = build, .routes = routes};
+    struct seen fresh = {.signature = sig, .routes = routes};
     described_as.update(&key, &fresh);
+    if (routes) {
+        u64 one = 1;
+        routing_seen.update(&zero, &one);
+    }
     struct node *n = nodes.ringbuf_reserve(sizeof(struct node));
     if (!n) {
         count_lost(RING_NODES);
         described_as.delete(&key);
-        return routes;
+        return routes | LOST;
     }
     u64 pid_tgid = bpf_get_current_pid_tgid();
     n->ts = ts;
@@ -405,7 +404,7 @@ static __always_inline u64 describe(u64 ts, const void *tensor) {
     struct tensor_bytes *sb = scratch.lookup(&one);
     if (!sb) {
         nodes.ringbuf_discard(n, BPF_RB_NO_WAKEUP);
-        return routes;
+        return routes | LOST;
     }
 #pragma unroll
     for (int i = 0; i < N_SRC; i++) {
@@ -530,9 +529,9 @@ static __always_inline int begin_op(const void *params, const void *first, const
     if (described.lookup(&key))
         return 0;
     described.update(&key, &one);
-    describe(now, first);
+    describe(now, first, 0);
     if (second)
-        describe(now, second);
+        describe(now, second, 0);
     return 0;
 #endif
     struct event *e = begin_event(EV_OP_BEGIN);
@@ -546,18 +545,18 @@ static __always_inline int begin_op(const void *params, const void *first, const
     e->aux = ith_nth[1];
     u64 ts = e->ts;
     submit(e);
-    if (ith_nth[0] == 0) {
-        // One copy of describe() for both tensors of a fused pair: two would not fit the stack.
-        const void *tensors[2] = {first, second};
-        u64 routes = 0;
-#pragma nounroll
-        for (int k = 0; k < 2; k++) {
-            if (tensors[k] && describe(ts, tensors[k]) && k == 0)
-                routes = 1;
-        }
-        if (routes)
+#if OP_MUL_MAT_ID >= 0
+    // A node's descriptor was sent at its graph's begin; its routing (its ids are computed by
+    // now, not then) is read here, once, by the thread with ith == 0.
+    int zero = 0;
+    u64 *routing = routing_seen.lookup(&zero);
+    if (ith_nth[0] == 0 && routing && *routing) {
+        u64 key = (u64)first;
+        struct seen *seen = described_as.lookup(&key);
+        if (seen && seen->routes)
             route(ts, first);
     }
+#endif
     return 0;
 }
 
@@ -597,6 +596,105 @@ int barrier_enter(struct pt_regs *ctx) {
     return 0;
 }
 
+#if !AGGREGATE
+struct graph_seen {
+    u64 build;     // the graph build it was last described in
+    u64 uses;      // computations of it since
+};
+BPF_HASH(graphs_seen, u64, struct graph_seen, MAX_GRAPHS);  // by node array and size
+
+// A graph being described, DESCRIBE_CHUNK nodes per program run: graph_begin starts it,
+// describe_more (tail-called from graph_begin and then from itself, at most 33 times: the
+// kernel's limit, so graphs of up to 33 chunks) goes on. The verifier follows each describe()
+// of a chunk, so a chunk is what one program may hold.
+#define DESCRIBE_CHUNK 64
+struct graph_pass {
+    u64 key;          // in graphs_seen
+    u64 nodes;        // the graph's node pointers
+    u64 ts;           // of its graph-begin event
+    u64 build;
+    u64 force;        // send every node (a refresh)
+    u64 flags;        // describe()'s, or-ed
+    u32 n_nodes;
+    u32 next;         // the first node not yet described
+};
+BPF_PERCPU_ARRAY(graph_passes, struct graph_pass, 1);
+BPF_PROG_ARRAY(describe_chunks, 1);
+
+// Start describing the nodes of a graph about to be computed, unless it was described since
+// it was last built (GRAPH_BUILDS); at every REFRESH_EVERY-th computation, all of them again.
+static __always_inline void describe_graph(struct pt_regs *ctx, u64 ts, const u8 *cgraph,
+                                           int n_nodes) {
+    int zero = 0;
+    u64 nodes = 0;
+    bpf_probe_read_user(&nodes, 8, cgraph + CGRAPH_NODES);
+    if (!nodes || n_nodes <= 0)
+        return;
+    // A graph by its node array and size, not its own address: a view of a graph (a slice of
+    // its nodes, as a scheduler with an eval callback computes) is made on the stack, each at
+    // the same address.
+    u64 key = nodes | ((u64)(n_nodes & 0xffff) << 48);
+    u64 *builds = graph_builds.lookup(&zero);
+    u64 build = builds ? *builds : 0;
+    struct graph_seen *seen = graphs_seen.lookup(&key);
+    u64 force = 0;
+    if (seen && seen->build == build) {
+        seen->uses++;
+        force = seen->uses % REFRESH_EVERY == 0;
+        if (GRAPH_BUILDS && !force)
+            return;
+    }
+    struct graph_pass *pass = graph_passes.lookup(&zero);
+    if (!pass)
+        return;
+    pass->key = key;
+    pass->nodes = nodes;
+    pass->ts = ts;
+    pass->build = build;
+    pass->force = force;
+    pass->flags = 0;
+    pass->n_nodes = n_nodes;
+    pass->next = 0;
+    describe_chunks.call(ctx, 0);
+}
+
+// Describe the next chunk of the graph being described; tail-call itself for the one after.
+int describe_more(struct pt_regs *ctx) {
+    int zero = 0;
+    struct graph_pass *pass = graph_passes.lookup(&zero);
+    if (!pass)
+        return 0;
+    u32 first = pass->next;
+#pragma nounroll
+    for (int i = 0; i < DESCRIBE_CHUNK; i++) {
+        if (first + i >= pass->n_nodes)
+            break;
+        u64 tensor = 0;
+        bpf_probe_read_user(&tensor, 8, (const void *)(pass->nodes + (u64)(first + i) * 8));
+        if (tensor)
+            pass->flags |= describe(pass->ts, (const void *)tensor, pass->force);
+    }
+    pass->next = first + DESCRIBE_CHUNK;
+    if (pass->next < pass->n_nodes) {
+        describe_chunks.call(ctx, 0);
+        // Past the kernel's tail calls: the rest is not described, counted once as a lost
+        // descriptor, and not tried again before the graph's next build or refresh.
+        count_lost(RING_NODES);
+    }
+    u64 key = pass->key;
+    if (pass->flags & LOST) {
+        graphs_seen.delete(&key);  // described again at its next computation
+    } else {
+        struct graph_seen *seen = graphs_seen.lookup(&key);
+        if (!seen || seen->build != pass->build) {
+            struct graph_seen fresh = {.build = pass->build, .uses = 0};
+            graphs_seen.update(&key, &fresh);
+        }
+    }
+    return 0;
+}
+#endif
+
 // ggml_graph_compute(cgraph, cplan) of the CPU backend (backend id 0).
 int graph_begin(struct pt_regs *ctx) {
     if (!tracing())
@@ -612,7 +710,11 @@ int graph_begin(struct pt_regs *ctx) {
     bpf_probe_read_user(&n_threads, 4, cplan + CPLAN_N_THREADS);
     e->arg0 = (u64)cgraph;
     e->arg1 = (u32)n_nodes | ((u64)(u32)n_threads << 32);
+    u64 ts = e->ts;
     submit(e);
+#if !AGGREGATE
+    describe_graph(ctx, ts, cgraph, n_nodes);
+#endif
     return 0;
 }
 
@@ -672,7 +774,7 @@ int blas_graph_begin(struct pt_regs *ctx) {
         n->arg0 = split->node[k];
         n->aux = k;
         submit(n);
-        describe(ts, (const void *)split->node[k]);
+        describe(ts, (const void *)split->node[k], 0);
     }
     return 0;
 }

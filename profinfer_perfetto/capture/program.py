@@ -13,7 +13,10 @@ from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.selection import Selection
 
 REFRESH_EVERY = 32
-"""A node whose own bytes did not change is described again at every 32nd use."""
+"""A graph's nodes whose own bytes did not change are described again at every 32nd
+computation of the graph."""
+MAX_GRAPHS = 1024
+"""Graphs (by address) whose last description the probes remember."""
 MAX_OPS = 256
 """Op ids the --ops filter can choose (the op_traced map)."""
 MAX_THREADS = 4096
@@ -91,6 +94,7 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "MAX_OPS": MAX_OPS,
         "MAX_THREADS": MAX_THREADS,
         "MAX_TENSORS": MAX_TENSORS,
+        "MAX_GRAPHS": MAX_GRAPHS,
         "GATED": int(selection.gated),
         "DETACH": int(selection.detach),
         "FIRST_STEP": selection.first,

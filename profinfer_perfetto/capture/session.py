@@ -117,6 +117,7 @@ class ProbeSession:
             self._bpf = bcc.BPF(text=text.encode())
         except Exception as exc:
             raise ProfinferError(f"the BPF program did not load: {exc}") from exc
+        self._chain_describer()
         self._counter_fds: dict[str, list[int]] = {}
         for i, (name, (kind, config)) in enumerate(zip(counters, configs, strict=True)):
             self._counter_fds[name] = self._count(self._bpf[f"counter{i}".encode()], name, kind,
@@ -147,6 +148,19 @@ class ProbeSession:
         self._close_perf_event = ctypes.CDLL("libbcc.so.0").bpf_close_perf_event_fd
         self._attached: dict[Probe, bytes] = {}
         self._stats_fd = enable_run_time_stats()
+
+    def _chain_describer(self) -> None:
+        """Put describe_more, which graph_begin tail-calls to describe a graph's nodes chunk by
+        chunk, in its program array (a program without one, as --aggregate's, has no chain)."""
+        try:
+            chain = self._bpf[b"describe_chunks"]
+        except KeyError:
+            return
+        try:
+            fn = self._bpf.load_func(b"describe_more", self._bpf.KPROBE)
+        except Exception as exc:  # BCC raises Exception, with the verifier's word in it
+            raise ProfinferError(f"the kernel refused the graph describer: {exc}") from None
+        chain[ctypes.c_int(0)] = ctypes.c_int(fn.fd)
 
     def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
         for probe in probes:
