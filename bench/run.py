@@ -8,9 +8,10 @@ query   seconds for `op_summary` on a 1 M-op trace, per engine available here. T
         cached under $PROFINFER_CACHE/bench.
 gate    the regression gate's false alarms and power (bench/gate.py): 23 recordings of each
         setup (tiny-llama and medium-llama at 1 and 2 threads), the last 20 checked against
-        the first three; 5 with a busy loop on a CPU the target uses, and 20 of each medium-llama
-        variant whose ffn_down is F16 in 3 or 1 of 24 layers, against the same three (to be
-        caught). The recordings are kept, so the gate's statistics can be judged again on them.
+        the first three; 5 with a busy loop on a CPU the target uses, and 20 with ffn_down's
+        matmuls made 10 % and 5 % slower by a libggml-cpu built for it (bench/slowed.py),
+        against the same three (to be caught). The recordings are kept, so the gate's
+        statistics can be judged again on them.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (6 pairs), for Gemma-3-270M and the medium random models at 1 and
         2 threads (1-thread runs: llama.cpp pinned to one CPU), full tracing, `--no-barriers`

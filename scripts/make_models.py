@@ -48,12 +48,6 @@ class Spec:
     wtype: QType = QType.F16
     rope_base: float = 10000.0
     rms_eps: float = 1e-5
-    heavier: tuple[str, int] = ("", 0)
-    """A tensor kept in F16 (heavier than wtype) in the first N layers: a model whose one op
-    class is slower, for the regression gate's benchmark."""
-    base: str = ""
-    """The model whose weights (seed) this one shares; bench-only variants are not written
-    unless asked for by name."""
 
     @property
     def d_head(self) -> int:
@@ -70,11 +64,6 @@ SPECS = [
     # ~0.49B params, ~0.52 GB: Qwen2.5-0.5B-like depth and FFN width with a 32k vocab.
     Spec("medium-llama", LLAMA, n_layer=24, n_embd=1024, n_head=16, n_head_kv=4, n_ff=4864,
          n_vocab=32000, n_ctx=4096, wtype=QType.Q8_0),
-    # medium-llama with ffn_down in F16 (about twice its Q8_0 bytes and time) in 3 or 1 of its
-    # 24 layers: its ffn_down ops about 10 % and 4 % slower in all (bench: check's power).
-    *(Spec(f"medium-llama-down{n}", LLAMA, n_layer=24, n_embd=1024, n_head=16, n_head_kv=4,
-           n_ff=4864, n_vocab=32000, n_ctx=4096, wtype=QType.Q8_0, heavier=("ffn_down", n),
-           base="medium-llama") for n in (3, 1)),
     # ~0.55B total / ~0.25B active params, ~0.59 GB: a shrunken Qwen3-30B-A3B.
     Spec("medium-qwen3moe", QWEN3MOE, n_layer=16, n_embd=1024, n_head=16, n_head_kv=4, n_ff=512,
          n_expert=16, n_expert_used=4, head_dim=128, n_vocab=32000, n_ctx=4096,
@@ -215,13 +204,11 @@ def write_model(s: Spec, path: Path) -> int:
         for tname, shape in FAMILIES[s.arch](s, w):
             generic = ".".join("{bid}" if p.isdigit() else p for p in tname.split(".")[:-1])
             assert generic in allowed, f"{tname} is not a {arch_name} tensor"
-            data = weight(tname, shape, seed=zlib.crc32((s.base or s.name).encode()))
+            data = weight(tname, shape, seed=zlib.crc32(s.name.encode()))
             n_params += data.size
-            kind, layers = s.heavier
-            heavier = bool(kind) and any(tname == f"blk.{i}.{kind}.weight" for i in range(layers))
             if len(shape) == 1 or tname.endswith(ALWAYS_F32):
                 w.add_tensor(tname, data)
-            elif s.wtype == QType.F16 or heavier:
+            elif s.wtype == QType.F16:
                 w.add_tensor(tname, data.astype(np.float16))
             else:
                 w.add_tensor(tname, gguf.quants.quantize(data, s.wtype), raw_dtype=s.wtype)
@@ -249,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     args.outdir.mkdir(parents=True, exist_ok=True)
     for s in SPECS:
         path = args.outdir / f"{s.name}.gguf"
-        wanted = s.name in args.only if args.only else not s.base  # variants only by name
-        if not wanted:
+        if args.only and s.name not in args.only:
             continue
         if path.exists() and not args.force:
             print(f"{path}: exists, skipping")
