@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.counters import PMUS, SOFTWARE_COUNTERS
-from profinfer_perfetto.capture.events import MAX_COUNTERS, TokenEntry
+from profinfer_perfetto.capture.events import MAX_COUNTERS, Kind, TokenEntry
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.model.names import WAIT_SLICE, counted_arg, probe_args
 from profinfer_perfetto.model.trace_model import token_phase
 from profinfer_perfetto.query.session import TraceQuery
@@ -441,3 +443,18 @@ def test_doctor(cli: Cli) -> None:
     for check in ("root", "BCC", "kernel headers", "tracefs", "software counters"):
         assert f"ok       {check}" in result.stdout
     assert result.stdout.strip().endswith("ready to record")
+
+
+def test_nodes_are_described_at_their_graph_s_begin_once_per_build(
+        llama: Callable[..., Path], model: Callable[[str], Path]) -> None:
+    """The op probes read no node: every descriptor is sent by the graph probe, stamped with its
+    graph's begin, for a graph computed the first time after a build (or at its 32nd
+    computation, a refresh); a graph reused unchanged from token to token is not described
+    again, so most decode graphs send none."""
+    request = RecordRequest(command=completion(llama, model("tiny-llama"), 2, n=20))
+    rec = record(request, plan(request))
+    graphs = rec.events[rec.events["kind"] == Kind.GRAPH_BEGIN]
+    assert len(rec.nodes) and len(graphs) > 16
+    assert set(rec.nodes["ts"].tolist()) <= set(graphs["ts"].tolist())
+    describing = np.unique(rec.nodes["ts"])
+    assert len(describing) < len(graphs) / 2, (len(describing), len(graphs))
