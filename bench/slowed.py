@@ -61,6 +61,14 @@ def _patched(source: str) -> str:
     return source.replace(CALL, SLOWED_CALL).replace(LOOP, SLOWED + LOOP)
 
 
+def _shared_flags() -> list[str]:
+    """The compiler flags setup.sh built the shared build with (its CMake cache), as -D options:
+    the library it stands in for is built alike."""
+    cache = (assets.LLAMA_DIR / "build-shared" / "CMakeCache.txt").read_text().splitlines()
+    return [f"-D{name}={line.split('=', 1)[1]}" for line in cache
+            for name in ("CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS") if line.startswith(f"{name}:")]
+
+
 def build() -> Path:
     """The folder holding the slowed libggml-cpu (built once; minutes)."""
     done = BUILD / ".complete"
@@ -71,17 +79,15 @@ def build() -> Path:
     shutil.copytree(assets.LLAMA_DIR / "src", src, ignore=shutil.ignore_patterns("models", "docs"))
     cpu = src / "ggml" / "src" / "ggml-cpu" / "ggml-cpu.c"
     cpu.write_text(_patched(cpu.read_text()))
-    flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"  # as setup.sh builds (AMX faults here)
-    env = {**os.environ, "CFLAGS": flags, "CXXFLAGS": flags}
     log = BUILD / "build.log"
     with log.open("w") as out:
         subprocess.run(["cmake", "-S", str(src), "-B", str(BUILD), "-DCMAKE_BUILD_TYPE=Release",
                         "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_BUILD_TESTS=OFF",
                         "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-                        "-DLLAMA_BUILD_SERVER=OFF"],
-                       check=True, stdout=out, stderr=out, env=env)
+                        "-DLLAMA_BUILD_SERVER=OFF", *_shared_flags()],
+                       check=True, stdout=out, stderr=out)
         subprocess.run(["cmake", "--build", str(BUILD), "-j", str(os.cpu_count() or 1),
-                        "--target", "ggml-cpu"], check=True, stdout=out, stderr=out, env=env)
+                        "--target", "ggml-cpu"], check=True, stdout=out, stderr=out)
     done.touch()
     return LIB
 
