@@ -50,8 +50,7 @@
 //                    since the last build is not read again until its next refresh (a reused
 //                    graph keeps its nodes as they were); 0: every computation of a graph reads
 //                    its nodes and sends those whose bytes changed
-//   MAX_GRAPHS       graphs (by node array and size) whose last description the probes
-//                    remember
+//   MAX_GRAPHS       graphs (by address) whose last description the probes remember
 //   AGGREGATE        1: no op events; each thread's share of a node is summed into `op_stats`
 //                    (count, work, barrier wait, max, log2 histogram of work) keyed by tensor,
 //                    and a node is described once
@@ -358,8 +357,11 @@ static __always_inline u64 routes_of(const u8 *bytes) {
     return op == (u32)OP_MUL_MAT_ID || op == (u32)OP_ADD_ID;
 }
 
+#define ROUTES 1  // describe(): the node's op routes tokens to experts
+#define LOST 2    // describe(): its descriptor was lost (the nodes ring was full)
+
 // Copy one tensor's descriptor into the nodes ring (counted as lost when it is full), unless
-// the last one sent for it still holds and `force` is 0; returns 1 if it was lost, else 0.
+// the last one sent for it still holds and `force` is 0; returns ROUTES and LOST flags.
 static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
     int zero = 0;
     u64 key = (u64)tensor;
@@ -373,7 +375,7 @@ static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
     u64 routes = routes_of(t->b);
     struct seen *seen = described_as.lookup(&key);
     if (seen && seen->signature == sig && !force)
-        return 0;
+        return routes;
     struct seen fresh = {.signature = sig, .routes = routes};
     described_as.update(&key, &fresh);
     if (routes) {
@@ -384,7 +386,7 @@ static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
     if (!n) {
         count_lost(RING_NODES);
         described_as.delete(&key);
-        return 1;
+        return routes | LOST;
     }
     u64 pid_tgid = bpf_get_current_pid_tgid();
     n->ts = ts;
@@ -402,7 +404,7 @@ static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
     struct tensor_bytes *sb = scratch.lookup(&one);
     if (!sb) {
         nodes.ringbuf_discard(n, BPF_RB_NO_WAKEUP);
-        return 1;
+        return routes | LOST;
     }
 #pragma unroll
     for (int i = 0; i < N_SRC; i++) {
@@ -424,7 +426,7 @@ static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
         __builtin_memcpy(&s->view_src, sb->b + T_VIEW_SRC, 8);
     }
     nodes.ringbuf_submit(n, BPF_RB_NO_WAKEUP);
-    return 0;
+    return routes;
 }
 
 struct route {
@@ -612,7 +614,7 @@ struct graph_pass {
     u64 ts;           // of its graph-begin event
     u64 build;
     u64 force;        // send every node (a refresh)
-    u64 lost;         // a descriptor of it was lost
+    u64 flags;        // describe()'s, or-ed
     u32 n_nodes;
     u32 next;         // the first node not yet described
 };
@@ -650,7 +652,7 @@ static __always_inline void describe_graph(struct pt_regs *ctx, u64 ts, const u8
     pass->ts = ts;
     pass->build = build;
     pass->force = force;
-    pass->lost = 0;
+    pass->flags = 0;
     pass->n_nodes = n_nodes;
     pass->next = 0;
     describe_chunks.call(ctx, 0);
@@ -670,7 +672,7 @@ int describe_more(struct pt_regs *ctx) {
         u64 tensor = 0;
         bpf_probe_read_user(&tensor, 8, (const void *)(pass->nodes + (u64)(first + i) * 8));
         if (tensor)
-            pass->lost |= describe(pass->ts, (const void *)tensor, pass->force);
+            pass->flags |= describe(pass->ts, (const void *)tensor, pass->force);
     }
     pass->next = first + DESCRIBE_CHUNK;
     if (pass->next < pass->n_nodes) {
@@ -680,7 +682,7 @@ int describe_more(struct pt_regs *ctx) {
         count_lost(RING_NODES);
     }
     u64 key = pass->key;
-    if (pass->lost) {
+    if (pass->flags & LOST) {
         graphs_seen.delete(&key);  // described again at its next computation
     } else {
         struct graph_seen *seen = graphs_seen.lookup(&key);
