@@ -50,7 +50,8 @@
 //                    since the last build is not read again until its next refresh (a reused
 //                    graph keeps its nodes as they were); 0: every computation of a graph reads
 //                    its nodes and sends those whose bytes changed
-//   MAX_GRAPHS       graphs (by address) whose last description the probes remember
+//   MAX_GRAPHS       graphs (by node array and size) whose last description the probes
+//                    remember
 //   AGGREGATE        1: no op events; each thread's share of a node is summed into `op_stats`
 //                    (count, work, barrier wait, max, log2 histogram of work) keyed by tensor,
 //                    and a node is described once

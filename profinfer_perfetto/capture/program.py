@@ -16,7 +16,7 @@ REFRESH_EVERY = 32
 """A graph's nodes whose own bytes did not change are described again at every 32nd
 computation of the graph."""
 MAX_GRAPHS = 1024
-"""Graphs (by address) whose last description the probes remember."""
+"""Graphs (by node array and size) whose last description the probes remember."""
 MAX_OPS = 256
 """Op ids the --ops filter can choose (the op_traced map)."""
 MAX_THREADS = 4096
