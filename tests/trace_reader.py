@@ -7,7 +7,9 @@ turned into CLOCK_BOOTTIME through the sequence's ClockSnapshot, incremental clo
 each packet's delta to the last. On the way it asserts the rules Perfetto relies on: track
 descriptors before first use, valid interning (no iid 0, every iid defined in the sequence's
 incremental state), strictly nested slices per track, time never going back on a track,
-flows that start before they end. What it returns is plain data for the tests to check.
+flows that start before they end. An op slice that names its node's description by number
+gets the description's args from the slice that carries them (the first with that number), as
+a user finds them. What it returns is plain data for the tests to check.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
+
+from profinfer_perfetto.model.names import COUNTER_ARG_PREFIX, CPU_ARG, DESC_ARG
 
 TE = official.TrackEvent
 BOOTTIME = 6
@@ -205,7 +209,29 @@ def read(path: Path) -> Trace:
     # trace_processor sorts events by time; the slice table comes out in that order.
     slices.sort(key=lambda s: s.ts)
     instants.sort(key=lambda s: s.ts)
+    _describe(slices)
     return Trace(len(decoded), tracks, slices, counters, instants, flows)
+
+
+def _describe(slices: list[Slice]) -> None:
+    """Give each op slice that names its node's description by number the description's args,
+    as a user finds them on the first slice with that number (the one that has them)."""
+    known: dict[int, dict[str, Any]] = {}
+    for s in slices:
+        number = s.args.get(DESC_ARG)
+        if number is None:
+            continue
+        if "op" in s.args:
+            assert number not in known, f"description {number} written twice"
+            known[number] = {k: v for k, v in s.args.items() if k not in _OWN
+                             and not k.startswith(COUNTER_ARG_PREFIX)}
+        else:
+            assert number in known, f"description {number} used before it is written"
+            s.args = known[number] | s.args
+
+
+_OWN = ("node", DESC_ARG, CPU_ARG)
+"""An op slice's args that are not its node's description."""
 
 
 def packets(data: bytes) -> Iterator[official.TracePacket]:

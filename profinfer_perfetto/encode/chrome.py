@@ -42,10 +42,10 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
         flows_out.setdefault(out_row, []).append(flow)
         flows_in.setdefault(in_row, []).append(flow)
     rows = zip(layout.ts.tolist(), layout.type.tolist(), layout.track.tolist(),
-               layout.name.tolist(), layout.args.tolist(), layout.value.tolist(),
-               layout.counter_track.tolist(), layout.counter_value.tolist(),
-               layout.counter_delta.tolist(), strict=True)
-    for row, (ts, typ, track, name, args, value, counter_tracks, counter_values,
+               layout.name.tolist(), layout.args.tolist(), layout.desc.tolist(),
+               layout.value.tolist(), layout.counter_track.tolist(),
+               layout.counter_value.tolist(), layout.counter_delta.tolist(), strict=True)
+    for row, (ts, typ, track, name, args, desc, value, counter_tracks, counter_values,
               deltas) in enumerate(rows):
         us = ts / 1000
         tid = tid_of[track]
@@ -57,7 +57,9 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
         if name >= 0:
             event["name"] = layout.strings[name]
         if args >= 0:
-            event["args"] = dict(layout.arg_sets[args])
+            # Each event with its node's whole description: JSON has no references.
+            event["args"] = dict(layout.arg_sets[args]) | dict(layout.arg_sets[desc] if desc >= 0
+                                                              else ())
             for counter, delta in zip(layout.counter_names, deltas, strict=True):
                 if delta >= 0:
                     event["args"][counter_arg(counter)] = delta

@@ -113,16 +113,21 @@ class Pieces:
         """All rows' bytes back to back, and where each row ends."""
         bases = np.cumsum([0] + [len(p[0]) for p in self._pieces[:-1]])
         source = np.concatenate([p[0] for p in self._pieces])
-        # Piece by piece (contiguous writes), then row by row: each byte's place in `source`.
-        start = np.empty((len(self._pieces), self.rows), np.int32)
-        length = np.empty((len(self._pieces), self.rows), np.int32)
+        # Each row's pieces (start in `source`, length), row by row, then the pieces that are
+        # there (length > 0) in that order: the segments of the output.
+        start = np.empty((self.rows, len(self._pieces)), np.int32)
+        length = np.empty((self.rows, len(self._pieces)), np.int32)
         for i, (p, base) in enumerate(zip(self._pieces, bases, strict=True)):
-            np.add(p[1], base, out=start[i], casting="unsafe")
-            length[i] = p[2]
-        row_end = np.cumsum(length.sum(0, dtype=np.int64))
-        on = length.T > 0
-        seg_start, seg_length = start.T[on], length.T[on]
-        seg_shift = seg_start - (np.cumsum(seg_length, dtype=np.int32) - seg_length)
-        index = np.repeat(seg_shift, seg_length)
-        index += np.arange(len(index), dtype=np.int32)
-        return source[index], row_end
+            np.add(p[1], base, out=start[:, i], casting="unsafe")
+            length[:, i] = p[2]
+        row_end = np.cumsum(length.sum(1, dtype=np.int64))
+        on = length > 0
+        seg_start, seg_length = start[on], length[on]
+        # Each output byte's place in `source`: one past the byte before's, but where a
+        # segment starts.
+        step = np.ones(int(row_end[-1]) if self.rows else 0, np.int32)
+        if len(step):
+            seg_out = np.cumsum(seg_length, dtype=np.int32) - seg_length
+            step[seg_out[1:]] = seg_start[1:] - (seg_start[:-1] + seg_length[:-1] - 1)
+            step[0] = seg_start[0]
+        return source[np.cumsum(step, dtype=np.int32)], row_end

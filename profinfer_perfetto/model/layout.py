@@ -91,6 +91,10 @@ class Layout:
     """Index into `strings`, -1 for none (slice ends, counters)."""
     args: np.ndarray
     """Index into `arg_sets`, -1 for none."""
+    desc: np.ndarray
+    """Index into `arg_sets` of the node description an op slice refers to, -1 for none: a
+    description is written out with the first slice of a file that refers to it, the later
+    ones name it by number (the arg DESC_ARG; encode/perfetto.py)."""
     value: np.ndarray
     """Counter value (COUNTER rows)."""
     flows: np.ndarray = field(default_factory=lambda: np.empty((0, 3), np.int64))
@@ -120,7 +124,8 @@ def _shape(ne: np.ndarray) -> str:
 
 
 def _node_args(model: TraceModel, node: int, fused: int) -> Args:
-    """A node's description (its routing, which differs from graph to graph, aside)."""
+    """A node's description (its routing, which differs from graph to graph, aside; its
+    position, `node`, is an arg of each op slice of its own)."""
     op, tensor = model.op_label(node, fused)
     rec = model.nodes.raw[fused if fused >= 0 else node]
     ggml = model.run.ggml
@@ -134,7 +139,6 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
         ("tensor", tensor),
         ("role", role(tensor, base_op)),
         ("layer", int(model.nodes.layer[fused if fused >= 0 else node])),
-        ("node", int(model.nodes.index[node])),
         ("dtype", ggml.type_name(int(rec["type"]))),
         ("src0_dtype", ggml.type_name(int(model.nodes.raw[node]["src"][0]["type"]))),
         ("shape", _shape(rec["ne"])),
@@ -184,10 +188,10 @@ def _routing_args(routing: Routing) -> list[tuple[str, ArgValue]]:
 
 
 def _described(ops: Ops) -> np.ndarray:
-    """Which op slices carry their node's description: one per (graph, node), the lowest ith's
-    (the calling thread's, ith 0, whose ops the model's nodes come from). The other threads'
-    shares carry only `node`: a description on every share would be parsed by trace_processor
-    once per thread (most of its load time on a big trace)."""
+    """Which op slices refer to their node's description (DESC_ARG): one per (graph, node), the
+    lowest ith's (the calling thread's, ith 0, whose ops the model's nodes come from). Every op
+    slice carries `node`; a description on every share would be parsed by trace_processor once
+    per thread (most of its load time on a big trace)."""
     order = np.lexsort((ops.ith, ops.node, ops.graph))
     first = np.ones(len(order), bool)
     first[1:] = (np.diff(ops.graph[order]) != 0) | (np.diff(ops.node[order]) != 0)
@@ -199,20 +203,20 @@ def _described(ops: Ops) -> np.ndarray:
 class _Rows:
     """Trace event rows gathered by kind; `ordered` sorts them once, as they must be written."""
 
-    _FIELDS = ("ts", "type", "track", "name", "args", "value", "key")
+    _FIELDS = ("ts", "type", "track", "name", "args", "desc", "value", "key")
 
     def __init__(self) -> None:
         self._parts: dict[str, list[np.ndarray]] = {f: [] for f in self._FIELDS}
         self.count = 0
 
     def add(self, ts: npt.ArrayLike, type: EventType, track: npt.ArrayLike, *,
-            name: npt.ArrayLike = -1, args: npt.ArrayLike = -1, value: npt.ArrayLike = 0.0,
-            key: npt.ArrayLike = 0) -> np.ndarray:
+            name: npt.ArrayLike = -1, args: npt.ArrayLike = -1, desc: npt.ArrayLike = -1,
+            value: npt.ArrayLike = 0.0, key: npt.ArrayLike = 0) -> np.ndarray:
         """Append rows; returns their ids (positions before ordering)."""
         ts = np.atleast_1d(np.asarray(ts, np.int64))
         n = len(ts)
         columns = {"ts": ts, "type": type, "track": track, "name": name, "args": args,
-                   "value": value, "key": key}
+                   "desc": desc, "value": value, "key": key}
         for f in self._FIELDS:
             self._parts[f].append(np.broadcast_to(np.asarray(columns[f]), n))
         rows = np.arange(self.count, self.count + n)
@@ -220,11 +224,13 @@ class _Rows:
         return rows
 
     def slices(self, track: npt.ArrayLike, begin: np.ndarray, end: np.ndarray, depth: int,
-               name: npt.ArrayLike, args: npt.ArrayLike = -1) -> tuple[np.ndarray, np.ndarray]:
+               name: npt.ArrayLike, args: npt.ArrayLike = -1, desc: npt.ArrayLike = -1
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Begin and end rows of slices; at one time, ends go deepest first, begins outermost."""
         begin = np.asarray(begin, np.int64)
         end = np.maximum(np.asarray(end, np.int64), begin + 1)
-        first = self.add(begin, EventType.SLICE_BEGIN, track, name=name, args=args, key=depth)
+        first = self.add(begin, EventType.SLICE_BEGIN, track, name=name, args=args, desc=desc,
+                         key=depth)
         last = self.add(end, EventType.SLICE_END, track, key=-depth)
         return first, last
 
@@ -334,8 +340,9 @@ class _LayoutBuilder:
             track=cols["track"].astype(np.int64),
             name=cols["name"].astype(np.int64),
             args=cols["args"].astype(np.int64),
+            desc=cols["desc"].astype(np.int64),
             value=cols["value"].astype(np.float64),
-            flows=self.dag_flows(op_begin, rank),
+            flows=self.dag_flows(op_begin, rank, cols["ts"]),
             counter_track=counter_track,
             counter_value=counter_value,
             counter_names=list(model.run.counters),
@@ -415,7 +422,8 @@ class _LayoutBuilder:
         shares = np.array([self.arg_set((("node", i),)) for i in index.tolist()],
                           np.int64)[at.reshape(-1)]
         name = names[which]
-        arg = np.where(_described(ops), args[which], shares[which])
+        arg = shares[which]
+        desc = np.where(_described(ops), args[which], -1)
         if model.sched is not None:
             arg = self._with_cpu(arg, ops.cpu)
         tids, of_op = np.unique(ops.tid, return_inverse=True)
@@ -429,7 +437,7 @@ class _LayoutBuilder:
         for d in (1, 2):
             sel = np.flatnonzero(depth == d)
             begin_rows[sel], end_rows[sel] = self.rows.slices(
-                track[sel], ops.begin[sel], work_end[sel], d, name[sel], arg[sel])
+                track[sel], ops.begin[sel], work_end[sel], d, name[sel], arg[sel], desc[sel])
             waits = sel[ops.end[sel] > work_end[sel]]
             self.rows.slices(track[waits], work_end[waits], ops.end[waits], d, wait)
         return begin_rows, end_rows
@@ -533,17 +541,29 @@ class _LayoutBuilder:
                               PEAK_ARGS, (peak.kind.value, peak.dtype, peak.threads,
                                           float(peak.value), peak.how), strict=True))))
 
-    def dag_flows(self, op_begin: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    def dag_flows(self, op_begin: np.ndarray, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """One flow per DAG edge, between the op slices of the graph's calling thread (ith 0):
-        (n, 3) flow id, row it starts at, row it ends at."""
+        (n, 3) flow id, row it starts at, row it ends at (rows in writing order, at `ts`).
+
+        A flow's id is free again once the flow has ended, so ids are taken in turn from a
+        small cycle: flows numbered in start order take their number modulo the most flows that
+        start while any one is open (at or before its end's time), plus 1. Two flows open at
+        once never share an id, and an id comes back only after the flow that had it ended.
+        Most edges are short, so the cycle is too (15 ids for medium-llama), and the ids repeat
+        from graph to graph: a third of the trace's bytes were unique flow ids."""
         model, ops = self.model, self.model.ops
         main = ops.ith == 0
         begin_of_node = np.full(len(model.nodes), -1, np.int64)
         begin_of_node[ops.node[main]] = rank[op_begin[main]]
-        ids = model.cont.first_flow + np.arange(len(model.edges), dtype=np.int64)
         out, into = begin_of_node[model.edges[:, 0]], begin_of_node[model.edges[:, 1]]
         shown = (out >= 0) & (into >= 0)
-        return np.stack([ids[shown], out[shown], into[shown]], 1)
+        out, into = out[shown], into[shown]
+        order = np.lexsort((into, out))
+        begin, end = ts[out[order]], ts[into[order]]
+        spans = np.searchsorted(begin, end, side="right") - np.arange(len(order))
+        ids = np.empty(len(order), np.int64)
+        ids[order] = np.arange(len(order)) % max(int(spans.max(initial=1)), 1) + 1
+        return np.stack([ids, out, into], 1)
 
     def thread_counters(self, op_begin: np.ndarray, op_end: np.ndarray,
                         rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -26,6 +26,12 @@ phase names: a step is found by its args or its name, and these are not steps.)"
 PROMPT_SLICE = "prompt"
 GENERATE_SLICE = "generate"
 SEQ_ARGS = ("seq", "token_step", "seq_tokens", "seq_pos")
+DESC_ARG = "description"
+"""An op slice's arg: the number of its node's description (op, tensor, role, layer, shapes,
+flops, bytes; the routing of a MoE op), unique in its file. The first op slice of a file with
+that number carries the description's args beside it; the later ones only the number (a node
+is computed alike in graph after graph; its description repeated on every one was a third of a
+trace's bytes)."""
 CPU_ARG = "cpu"
 """With --sched: an op slice's arg, the CPU its thread began the op on."""
 

@@ -166,7 +166,6 @@ class Continuation:
 
     first_step: int = 0
     first_graph: int = 0
-    first_flow: int = 1
     tokens_before: int = 0
     """Tokens of earlier steps (a launched run's positions count from its start)."""
     counter_totals: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -222,7 +221,6 @@ class TraceModel:
         return Continuation(
             first_step=c.first_step + len(self.tokens),
             first_graph=c.first_graph + len(self.graphs),
-            first_flow=c.first_flow + len(self.edges),
             tokens_before=c.tokens_before + int(n_tokens.sum()),
             counter_totals=totals,
             events=c.events + self.event_count,

@@ -9,7 +9,7 @@ import re
 from importlib import resources
 
 from profinfer_perfetto.model.layout import Layout, build_layout
-from profinfer_perfetto.model.names import ARG_KEY_PREFIX, COUNTER_ARG_PREFIX, arg_key
+from profinfer_perfetto.model.names import ARG_KEY_PREFIX, COUNTER_ARG_PREFIX, DESC_ARG, arg_key
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic, trace_reader
 from tests.unit.test_query import TRACE
@@ -21,7 +21,8 @@ def _layout() -> Layout:
 
 def _written_args(layout: Layout) -> set[str]:
     names = {name for args in layout.arg_sets for name, _ in args}
-    return names | {COUNTER_ARG_PREFIX + c for c in layout.counter_names}
+    numbered = {DESC_ARG} if (layout.desc >= 0).any() else set()
+    return names | numbered | {COUNTER_ARG_PREFIX + c for c in layout.counter_names}
 
 
 def _recorded_args() -> set[str]:

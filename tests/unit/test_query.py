@@ -17,15 +17,18 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
-from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.encode import perfetto
+from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
-from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.layout import Layout, build_layout
 from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.engines import open_engine
 from profinfer_perfetto.query.metrics import canned
+from profinfer_perfetto.query.session import TraceQuery
 from tests import synthetic
 from tests.conftest import Cli
 
@@ -49,6 +52,39 @@ def test_metric_golden(cli: Cli, metric: str, engine: str) -> None:
     assert result.stdout == golden.read_text()
     assert f"answered by {engine if engine == 'builtin' else 'trace_processor'}" in result.stderr
     assert len(list(csv.reader(io.StringIO(result.stdout)))) > 1
+
+
+def _written_out(layout: Layout, written: Written) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every op slice's node description in full, without a number (as traces were written
+    before descriptions were numbered)."""
+    blobs = written.interned.blobs
+    size = np.array([len(b) for b in blobs], np.int64)
+    rows = np.flatnonzero(layout.desc >= 0)
+    start, length = np.zeros(len(layout), np.int64), np.zeros(len(layout), np.int64)
+    start[rows] = (np.cumsum(size) - size)[layout.desc[rows]]
+    length[rows] = size[layout.desc[rows]]
+    return np.frombuffer(b"".join(blobs), np.uint8), start, length
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_numbered_descriptions_answer_as_written_out_ones(tmp_path: Path, engine: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node description written once, then named by number, gives every metric the answer
+    the same run gives with the description on each op slice it describes (the older traces,
+    which the SQL still reads)."""
+    layout = build_layout(build(synthetic.decode_run(3, steps=6)))
+    paths = {"numbered": tmp_path / "numbered.pftrace", "written out": tmp_path / "out.pftrace"}
+    with paths["numbered"].open("wb") as out:
+        write_perfetto(layout, out)
+    monkeypatch.setattr(perfetto, "_descriptions", _written_out)
+    with paths["written out"].open("wb") as out:
+        write_perfetto(layout, out)
+    answers = {}
+    for kind, path in paths.items():
+        with TraceQuery(path, engine) as q:
+            answers[kind] = {name: q.metric(name).rows for name in sorted(canned())}
+    assert answers["numbered"] == answers["written out"]
+    assert answers["numbered"]["op_summary"]
 
 
 def test_every_metric_says_what_it_answers() -> None:
@@ -143,7 +179,7 @@ def test_a_corrupt_compressed_chunk_is_refused(cli: Cli, tmp_path: Path) -> None
     with (tmp_path / "good.pftrace").open("wb") as out:
         write_perfetto(build_layout(build(synthetic.recording())), out)
     trace.ParseFromString((tmp_path / "good.pftrace").read_bytes())
-    (chunk,) = [p for p in trace.packet if p.HasField("compressed_packets")]
+    chunk = [p for p in trace.packet if p.HasField("compressed_packets")][-1]  # the events
     chunk.compressed_packets = chunk.compressed_packets[:8] + b"\x00" * 64
     bad = tmp_path / "bad.pftrace"
     bad.write_bytes(trace.SerializeToString())

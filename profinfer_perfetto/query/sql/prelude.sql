@@ -43,8 +43,10 @@
 --                    tasks' run time on the target's CPUs)
 --
 -- An op slice is a slice with a `node` arg. One op slice per graph node (the calling thread's)
--- carries the node's description (op, tensor, role, shapes, flops, bytes); the other threads'
--- shares carry `node` alone (and their own counter counts), so a node is described once.
+-- refers to the node's description (op, tensor, role, shapes, flops, bytes) by its number
+-- (`description`); the first op slice of the trace with a number carries the description's
+-- args too (profinfer_desc). The other threads' shares carry `node` alone (and their own
+-- counter counts).
 -- profinfer_op and profinfer_node are views: their times are tables of numbers
 -- (profinfer_op_times, profinfer_node_times; a node's `node_args` is the arg set describing it;
 -- barrier waits in profinfer_op_times and profinfer_node_wait, so that a metric of node times
@@ -73,6 +75,7 @@ SELECT
   MAX(CASE WHEN key = 'debug.role' THEN string_value END) AS role,
   MAX(CASE WHEN key = 'debug.layer' THEN int_value END) AS layer,
   MAX(CASE WHEN key = 'debug.node' THEN int_value END) AS node,
+  MAX(CASE WHEN key = 'debug.description' THEN int_value END) AS description,
   MAX(CASE WHEN key = 'debug.dtype' THEN string_value END) AS dtype,
   MAX(CASE WHEN key = 'debug.src0_dtype' THEN string_value END) AS src0_dtype,
   MAX(CASE WHEN key = 'debug.src0' THEN string_value END) AS src0,
@@ -99,8 +102,8 @@ SELECT
   MAX(CASE WHEN key = 'debug.peak_value' THEN real_value END) AS peak_value
 FROM args
 WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.layer',
-              'debug.node', 'debug.dtype', 'debug.src0_dtype', 'debug.src0', 'debug.flops',
-              'debug.bytes', 'debug.graph',
+              'debug.node', 'debug.description', 'debug.dtype', 'debug.src0_dtype',
+              'debug.src0', 'debug.flops', 'debug.bytes', 'debug.graph',
               'debug.backend', 'debug.token_step', 'debug.n_nodes', 'debug.n_threads',
               'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos',
               'debug.experts', 'debug.routed_tokens', 'debug.seq', 'debug.seq_tokens',
@@ -153,12 +156,21 @@ CREATE TABLE profinfer_wait AS
 SELECT parent_id, ts, dur FROM slice WHERE name = 'barrier wait';
 CREATE UNIQUE INDEX profinfer_wait_at ON profinfer_wait (parent_id, ts);
 
+-- A node description's arg set: the one op slice with its number that carries its args. (A
+-- trace written before descriptions were numbered has them on every slice that refers to one.)
+CREATE TABLE profinfer_desc AS
+SELECT description, MIN(arg_set_id) AS node_args
+FROM profinfer_slice_args WHERE description IS NOT NULL AND op IS NOT NULL
+GROUP BY description;
+CREATE UNIQUE INDEX profinfer_desc_id ON profinfer_desc (description);
+
 CREATE VIEW profinfer_op_rows AS
 SELECT o.id AS slice_id, o.ts, o.dur, o.track_id, o.parent_id, gs.graph, a.node, o.arg_set_id,
-       CASE WHEN a.op IS NOT NULL THEN o.arg_set_id END AS node_args
+       COALESCE(d.node_args, CASE WHEN a.op IS NOT NULL THEN o.arg_set_id END) AS node_args
 FROM (SELECT id, ts, dur, track_id, parent_id, arg_set_id FROM slice WHERE +arg_set_id IN
         (SELECT arg_set_id FROM profinfer_slice_args WHERE node IS NOT NULL)) o
 JOIN profinfer_slice_args a USING (arg_set_id)
+LEFT JOIN profinfer_desc d USING (description)
 JOIN profinfer_graph_slice gs ON gs.slice_id = o.parent_id;
 
 CREATE TABLE profinfer_node_times AS
