@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import struct
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,7 +46,8 @@ GLOBAL_SEQUENCE = 2
 INCREMENTAL_CLOCK = 64
 """The first sequence-scoped clock id."""
 CHUNK_ROWS = 32768
-"""Events per compressed packet (about 0.5 to 1 MiB before compression)."""
+"""Events per compressed packet at most (about 0.5 to 1 MiB before compression); a trace's
+chunks are of one size, as many for each worker."""
 WORKERS = min(len(os.sched_getaffinity(0)), 4)
 """Chunks rendered and compressed at once (a trace of more than CHUNK_ROWS events)."""
 
@@ -111,20 +113,19 @@ class _Interned:
         return known
 
     def _serialize(self, key: str, value: ArgValue) -> bytes:
-        a = pb.DebugAnnotation(name_iid=self.name(key))
         if isinstance(value, bool):
-            a.bool_value = value
+            body = _BOOL_VALUE + varint(value)
         elif isinstance(value, int):
-            a.int_value = value
+            body = _INT_VALUE + varint(value)
         elif isinstance(value, float):
-            a.double_value = value
+            body = _DOUBLE_VALUE + struct.pack("<d", value)
         else:
             iid = self.values.get(value)
             if iid is None:
                 iid = self.values[value] = len(self.value_list) + 1
                 self.value_list.append(value)
-            a.string_value_iid = iid
-        return field(_ANNOTATION, a.SerializeToString())
+            body = _STRING_VALUE_IID + varint(iid)
+        return field(_ANNOTATION, _ANNOTATION_NAME + varint(self.name(key)) + body)
 
     def seen(self) -> tuple[int, int, int]:
         return len(self.event_names), len(self.names), len(self.values)
@@ -419,11 +420,13 @@ class _Events:
 def _compressed_in_turn(events: _Events, rows: int, out: IO[bytes]) -> None:
     """The event packets in compressed chunks, rendered and deflated on a core each (numpy and
     deflate work without the GIL), written in order."""
+    chunks = -(-rows // CHUNK_ROWS)
+    size = -(-rows // (-(-chunks // WORKERS) * WORKERS))  # as many chunks for each worker
     pending: deque[Future[bytes]] = deque()
     with ThreadPoolExecutor(WORKERS) as pool:
-        for start in range(0, rows, CHUNK_ROWS):
-            pending.append(pool.submit(_compressed, events, start, min(start + CHUNK_ROWS, rows)))
-            while pending and (len(pending) > WORKERS or start + CHUNK_ROWS >= rows):
+        for start in range(0, rows, size):
+            pending.append(pool.submit(_compressed, events, start, min(start + size, rows)))
+            while pending and (len(pending) > WORKERS or start + size >= rows):
                 out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
 
 
@@ -471,6 +474,9 @@ _NAME_IID = tag(pb.TrackEvent, "name_iid")
 _ANNOTATION = tag(pb.TrackEvent, "debug_annotations")
 _ANNOTATION_NAME = tag(pb.DebugAnnotation, "name_iid")
 _INT_VALUE = tag(pb.DebugAnnotation, "int_value")
+_BOOL_VALUE = tag(pb.DebugAnnotation, "bool_value")
+_DOUBLE_VALUE = tag(pb.DebugAnnotation, "double_value")
+_STRING_VALUE_IID = tag(pb.DebugAnnotation, "string_value_iid")
 _DOUBLE_COUNTER = tag(pb.TrackEvent, "double_counter_value")
 _FLOW_ID = tag(pb.TrackEvent, "flow_ids")
 _TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids")

@@ -76,9 +76,12 @@ class Pieces:
 
     def add(self, source: np.ndarray, start: npt.ArrayLike, length: npt.ArrayLike,
             front: bool = False) -> None:
-        """Bytes `source[start:start + length]` on each row (length 0: none)."""
+        """Bytes `source[start:start + length]` on each row (length 0: none; a piece on no row
+        is left out)."""
         piece = (source, np.broadcast_to(np.asarray(start, np.int64), self.rows),
                  np.broadcast_to(np.asarray(length, np.int64), self.rows))
+        if not piece[2].any():
+            return
         if front:
             self._pieces.insert(0, piece)
         else:
@@ -90,12 +93,16 @@ class Pieces:
     def varint(self, field_tag: bytes, values: npt.ArrayLike, on: npt.ArrayLike = True,
                front: bool = False) -> None:
         """A varint field (no tag for b"")."""
+        if not np.any(on):
+            return
         matrix, length = varints(np.broadcast_to(np.asarray(values), self.rows), field_tag)
         width = matrix.shape[1]
         self.add(matrix.ravel(), np.arange(self.rows) * width, np.where(on, length, 0), front)
 
     def fixed64(self, field_tag: bytes, values: np.ndarray, on: npt.ArrayLike) -> None:
         """A fixed64 or double field; `values` are 8-byte numbers."""
+        if not np.any(on):
+            return
         raw = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"))
         head = np.broadcast_to(np.frombuffer(field_tag, np.uint8), (self.rows, len(field_tag)))
         matrix = np.hstack([head, raw.view(np.uint8).reshape(-1, 8)])
