@@ -169,9 +169,11 @@ class Written:
     interned: _Interned = dataclasses.field(default_factory=_Interned)
     sequences: dict[int, _Sequence] = dataclasses.field(default_factory=dict)
     """By the uuid of the track the sequence is for (0: the non-thread tracks)."""
-    descs: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)
-    """The number (DESC_ARG) of each node description written, by its tables' generation and
-    arg set: 1, 2, ... in the order the file first has them."""
+    descs: dict[int, int] = dataclasses.field(default_factory=dict)
+    """The number (DESC_ARG) of each node description written, by its arg set (of the
+    tables' current generation): 1, 2, ... in the order the file first has them."""
+    numbered: int = 0
+    """Descriptions numbered in the file (of every generation)."""
 
     def sequence(self, track_uuid: int, defaults: tuple[int, ...]) -> _Sequence:
         """The sequence of a track's events; a new one where its defaults changed."""
@@ -184,9 +186,11 @@ class Written:
     def start_over(self, generation: int) -> None:
         """Forget what was interned: events go on new sequences (trace_processor v58.2 counts
         a second snapshot of a sequence's clock as an invalid clock snapshot, even where the
-        sequence cleared its state before it)."""
+        sequence cleared its state before it), and which descriptions were numbered (their
+        numbers are not used again)."""
         self.interned = _Interned(generation)
         self.sequences.clear()
+        self.descs.clear()
 
 
 class _Sequences:
@@ -300,9 +304,10 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
     used, first, which = np.unique(layout.desc[rows], return_index=True, return_inverse=True)
     refs, fulls, full_rows = [], [], []
     for desc, row in zip(used.tolist(), rows[first].tolist(), strict=True):
-        number = written.descs.get((interned.generation, desc))
+        number = written.descs.get(desc)
         if number is None:
-            number = written.descs[interned.generation, desc] = len(written.descs) + 1
+            written.numbered += 1
+            number = written.descs[desc] = written.numbered
             fulls.append(interned.annotation(DESC_ARG, number) + interned.blobs[desc])
             full_rows.append(row)
         refs.append(interned.annotation(DESC_ARG, number))
