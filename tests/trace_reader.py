@@ -75,8 +75,13 @@ class _Clock:
     last: int  # its latest reading, ns: what an incremental timestamp is a delta from
 
     def boot(self, ts: int) -> int:
+        if self.incremental and ts >= 1 << 63:  # a negative delta, as trace_processor adds it
+            ts -= 1 << 64
         ns = ts * self.unit + (self.last if self.incremental else 0)
-        assert ns >= self.at, "timestamp before its clock's snapshot"
+        # An incremental clock may go back before its snapshot (a streamed run's `record` slice
+        # begins before the chunk that first wrote its sequence); trace_processor converts
+        # it all the same.
+        assert self.incremental or ns >= self.at, "timestamp before its clock's snapshot"
         self.last = ns
         return self.boottime + ns - self.at
 

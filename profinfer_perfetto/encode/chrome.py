@@ -38,7 +38,9 @@ def write_chrome_json(layout: Layout, out: TextIO) -> int:
 
     flows_out: dict[int, list[int]] = {}
     flows_in: dict[int, list[int]] = {}
-    for flow, out_row, in_row in layout.flows.tolist():
+    # A flow id per flow: trace_processor's JSON import keeps an ended flow's id (the layout's
+    # ids come back once their flow ended).
+    for flow, (_, out_row, in_row) in enumerate(layout.flows.tolist(), start=1):
         flows_out.setdefault(out_row, []).append(flow)
         flows_in.setdefault(in_row, []).append(flow)
     rows = zip(layout.ts.tolist(), layout.type.tolist(), layout.track.tolist(),

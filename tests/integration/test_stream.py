@@ -93,11 +93,11 @@ def _small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
                                                     stream: bool) -> None:
-    """Recording into an 8 MiB filesystem (the run's trace takes about 11 MB, its records about
-    60 MB; a chunk holds at most QUEUED_DRAINS drains, under 5 MB): one sentence and exit 2, and the
+    """Recording into a 4 MiB filesystem (the run's trace takes about 6 MB, its records about
+    60 MB; a chunk, at most QUEUED_DRAINS drains, about 0.1 MB): one sentence and exit 2, and the
     target is not left stopped; streamed, the trace holds the whole chunks that fit; by default
     (the records kept on disk until the run ends), no trace and no records are left."""
-    with _small_disk(tmp_path, "8m") as disk:
+    with _small_disk(tmp_path, "4m") as disk:
         out = disk / "run.pftrace"
         result = cli("record", "-o", out, *(["--stream"] if stream else []), "--",
                      *_generation("tiny-llama", 3000))
