@@ -275,7 +275,7 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
     events = _Events(layout, sequences, uuids, interned.blobs, counter_iids, descs)
     if len(layout) <= CHUNK_ROWS:  # one packet (a streamed chunk, mostly): no pool to start
         if len(layout):
-            data = compress(events.render(0, len(layout)))
+            data = _compressed(events.pieces(0, len(layout)))
             out.write(field(_PACKET, field(_COMPRESSED, data)))
     else:
         _compressed_in_turn(events, len(layout), out)
@@ -365,11 +365,11 @@ class _Events:
                       _flow_table(layout.flows[:, 0], layout.flows[:, 2], _TERMINATING_FLOW_ID,
                                   len(layout))]
 
-    def render(self, a: int, b: int) -> bytes:
-        """Rows a to b, each sequence's packets together, in time order (as Perfetto's tracing
-        service writes a sequence's packets in chunks): a sequence's packets are much alike,
-        so deflate finds more in a row of them than among the threads' packets in time
-        order."""
+    def pieces(self, a: int, b: int) -> Pieces:
+        """The packets of rows a to b, to render: each sequence's packets together, in time
+        order (as Perfetto's tracing service writes a sequence's packets in chunks): a
+        sequence's packets are much alike, so deflate finds more in a row of them than among
+        the threads' packets in time order."""
         lay = self.layout
         n = b - a
         rows = a + np.argsort(self.seq[a:b], kind="stable")
@@ -418,25 +418,27 @@ class _Events:
         p.varint(_TIMESTAMP, self.delta[rows], front=True)
         p.varint(b"", p.sizes(), front=True)
         p.constant(_PACKET, front=True)
-        data, _ = p.render()
-        return data.tobytes()
+        return p
 
 
 def _compressed_in_turn(events: _Events, rows: int, out: IO[bytes]) -> None:
-    """The event packets in compressed chunks, rendered and deflated on a core each (numpy and
-    deflate work without the GIL), written in order."""
+    """The event packets in compressed chunks, written in order: each chunk's pieces made on
+    this thread (many small numpy steps, which hold the GIL), then rendered and deflated on a
+    worker thread, beside the next chunk's (the gather and deflate work without the GIL)."""
     chunks = -(-rows // CHUNK_ROWS)
     size = -(-rows // (-(-chunks // WORKERS) * WORKERS))  # as many chunks for each worker
     pending: deque[Future[bytes]] = deque()
     with ThreadPoolExecutor(WORKERS) as pool:
         for start in range(0, rows, size):
-            pending.append(pool.submit(_compressed, events, start, min(start + size, rows)))
+            pending.append(pool.submit(_compressed, events.pieces(start, min(start + size,
+                                                                           rows))))
             while pending and (len(pending) > WORKERS or start + size >= rows):
                 out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
 
 
-def _compressed(events: _Events, a: int, b: int) -> bytes:
-    return compress(events.render(a, b))
+def _compressed(pieces: Pieces) -> bytes:
+    data, _ = pieces.render()
+    return compress(data.tobytes())
 
 
 def _changes(track: np.ndarray, value: np.ndarray) -> np.ndarray:
