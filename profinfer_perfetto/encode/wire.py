@@ -42,16 +42,18 @@ def field(field_tag: bytes, body: bytes) -> bytes:
 def varints(values: npt.ArrayLike, prefix: bytes = b"") -> tuple[np.ndarray, np.ndarray]:
     """Each value as a varint after `prefix` (a field's tag): a byte matrix, one row a value,
     left-aligned and as wide as the widest needs, and each row's length."""
-    rest = np.asarray(values).astype(np.int64).view(np.uint64).copy()
+    rest = np.asarray(values).astype(np.int64).view(np.uint64)
     top = int(rest.max()) if len(rest) else 0
+    rest = rest.astype(np.uint32 if top < 1 << 32 else np.uint64)  # a copy, as narrow as can be
     width = max(1, -(-top.bit_length() // 7))
     head = len(prefix)
     out = np.empty((len(rest), head + width), np.uint8)
     out[:, :head] = np.frombuffer(prefix, np.uint8)
     length = np.full(len(rest), head + 1, np.int64)
+    seven = rest.dtype.type(7)
     for i in range(head, head + width):
-        low = (rest & np.uint64(0x7F)).astype(np.uint8)
-        rest >>= np.uint64(7)
+        low = rest.astype(np.uint8) & 0x7F
+        rest >>= seven
         more = rest != 0
         out[:, i] = low | (more.view(np.uint8) << 7)
         length += more
