@@ -9,6 +9,7 @@ import pytest
 
 from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Backend, Kind
 from profinfer_perfetto.model.backends import blas_ops
+from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
 from profinfer_perfetto.model.work import op_work
 from tests import synthetic
@@ -125,3 +126,18 @@ def test_a_blas_split_whose_calls_do_not_add_up_keeps_no_ops() -> None:
     out, dropped = blas_ops(events, nodes, synthetic.GGML)
     assert dropped == 2
     assert [Kind(k) for k in out["kind"]] == [Kind.GRAPH_BEGIN, Kind.GRAPH_END]
+
+
+def test_a_flow_id_comes_back_only_after_its_flow_ended() -> None:
+    """Flow ids from a small cycle: flows that share an id never overlap, and the later one
+    starts at a later time than the earlier one ends (trace_processor frees an id when its flow
+    terminates, in time order, across threads); every DAG edge between shown ops is a flow."""
+    layout = build_layout(build(synthetic.decode_run(5, steps=12)))
+    ids, out, into = layout.flows.T
+    begin, end = layout.ts[out], layout.ts[into]
+    assert len(ids) > 100 and ids.min() >= 1 and len(np.unique(ids)) < len(ids) // 10
+    for flow_id in np.unique(ids).tolist():
+        same = np.flatnonzero(ids == flow_id)
+        same = same[np.argsort(begin[same], kind="stable")]
+        assert (begin[same][1:] > end[same][:-1]).all(), flow_id
+    assert (begin <= end).all() and (out < into).all()
