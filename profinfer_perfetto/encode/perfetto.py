@@ -16,7 +16,7 @@ order. A run written in parts (a streamed capture) goes on with the same sequenc
 part: a part's first packet on a sequence carries only the names interned since, and its clock
 counts on (new sequences when the layout's tables start over).
 
-What keeps a trace small (9.3 B per recorded event on medium-llama, was 15.8): a node's
+What keeps a trace small (9.2 B per recorded event on medium-llama, was 16.4): a node's
 description is written once per file and named by number after (DESC_ARG), counter samples only
 where a value changes, DAG flow ids from a small cycle (layout.dag_flows), the interned names
 deflated, and each sequence's packets side by side for deflate.
