@@ -45,9 +45,9 @@ def _busy_loop(cpu: int) -> subprocess.Popen[bytes]:
 
 def recorded(folder: Path, count: int, command: list[str], hog: bool = False,
              env: dict[str, str] | None = None) -> list[Baseline]:
-    """`count` recordings of `command` (under `record`, in `env`), each kept as FOLDER/i.pftrace
-    and recorded only where missing (with a busy loop on the last CPU while they run if `hog`);
-    each as its one-run baseline."""
+    """`count` recordings of `command` (under `record --sched`, so that stalls are seen for what
+    they are, in `env`), each kept as FOLDER/i.pftrace and recorded only where missing (with a
+    busy loop on the last CPU while they run if `hog`); each as its one-run baseline."""
     folder.mkdir(parents=True, exist_ok=True)
     traces = [folder / f"{i}.pftrace" for i in range(count)]
     missing = [t for t in traces if not t.exists()]
@@ -55,8 +55,9 @@ def recorded(folder: Path, count: int, command: list[str], hog: bool = False,
     try:
         for trace in missing:
             part = trace.with_suffix(".recording")
-            subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                            str(part), "--", *command], check=True, capture_output=True, env=env)
+            subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "--sched",
+                            "-o", str(part), "--", *command],
+                           check=True, capture_output=True, env=env)
             part.rename(trace)
     finally:
         if busy is not None:
