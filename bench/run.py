@@ -765,11 +765,9 @@ def markdown(results: dict[str, Any]) -> str:
                          for r in c["decode_matmuls"]])
     if "gate" in results:
         lines += _table(["check (default rules, baseline: a setup's first 3 runs)", "checks",
-                         "runs flagged", "keys flagged / decided", "ffn_out share flagged",
-                         "keys that were flagged"],
+                         "runs flagged", "keys flagged / decided", "keys that were flagged"],
                         [[name, str(r["checks"]), str(r["flagged_runs"]),
-                          f"{r['flagged_keys']} / {r['decided_keys']}",
-                          str(r["down_share_flagged"]), ", ".join(r["which"])]
+                          f"{r['flagged_keys']} / {r['decided_keys']}", ", ".join(r["which"])]
                          for name, r in results["gate"].items()])
     return "\n".join(lines) + "\n"
 
