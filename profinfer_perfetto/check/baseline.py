@@ -7,12 +7,11 @@ Samples are latency distributions in ns, keyed like `step/decode` (token-step la
 the op moves and a slower or faster machine, which slows every op alike, does not),
 `rel/decode/MUL_MAT/ffn_gate` (per step, the op's time relative to the other nodes of its op in
 the step, in ppm: a kernel's speed against the same kernel's on the step's other tensors) or, for
-traces recorded with
---sched, `interference/decode` (each step's time stalled on a thread waiting for a CPU: the
-`interference` metric's stalled_ns), kept per run (trace), so that a
-baseline of several runs knows how much runs differ. Each key also records its share of the
-phase's time, so rules can pick the ops that matter. Baselines are JSON; traces given as a
-baseline are read into one on the fly.
+traces recorded with --sched, `interference/decode` (each step's time stalled on a thread
+waiting for a CPU: the `interference` metric's stalled_ns, nearly always 0: rules judge it by
+its mean), kept per run (trace), so that a baseline of several runs knows how much runs differ.
+Each key also records its share of the phase's time, so rules can pick the ops that matter.
+Baselines are JSON; traces given as a baseline are read into one on the fly.
 """
 
 from __future__ import annotations

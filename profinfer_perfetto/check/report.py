@@ -17,8 +17,11 @@ def _row(v: Verdict) -> list[str]:
     noise = "" if v.noise is None else f"±{v.noise:.1%}"
     if c is None:
         return [v.key, "", "", "", "", f"{v.rule.max_change:+.0%}", noise, v.verdict]
-    return [v.key, shown(v.key, c.base_median), shown(v.key, c.new_median), f"{c.change:+.1%}",
-            f"{c.low:+.1%} .. {c.high:+.1%}", f"{v.rule.max_change:+.0%}", noise, v.verdict]
+    mean = v.rule.statistic == "mean"
+    return [v.key, shown(v.key, c.base), shown(v.key, c.new),
+            f"{c.change:+.1%}{' of a step' if mean else ''}",
+            "" if mean else f"{c.low:+.1%} .. {c.high:+.1%}", f"{v.rule.max_change:+.0%}", noise,
+            v.verdict]
 
 
 def table(result: CheckResult, out: TextIO) -> None:
@@ -43,8 +46,10 @@ def as_json(result: CheckResult, out: TextIO) -> None:
             {"rule": v.rule.name, "key": v.key, "verdict": v.verdict, "base_samples": v.base_n,
              "new_samples": v.new_n, "max_change": v.rule.max_change, "noise": v.noise,
              "unit": "ppm" if v.key.split("/")[0] in PER_STEP else "ns",
-             **({"base_median": v.change.base_median, "new_median": v.change.new_median,
-                 "change": v.change.change, "interval": [v.change.low, v.change.high]}
+             "statistic": v.rule.statistic,
+             **({"base": v.change.base, "new": v.change.new, "change": v.change.change,
+                 "interval": ([v.change.low, v.change.high] if v.rule.statistic == "median"
+                              else None)}
                 if v.change else {})}
             for v in result.verdicts
         ],

@@ -1,5 +1,6 @@
 """How sure a change of the median is (a bootstrap confidence interval), and how far runs of
-the same thing stray from each other (a prediction band from the baseline's runs); numpy only."""
+the same thing stray from each other (a prediction band from the baseline's runs); the change of
+a mean, for keys of rare large values; numpy only."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Change:
-    base_median: float
-    new_median: float
+    base: float
+    new: float
+    """The statistic (median or mean) of each side's pooled samples."""
     change: float
-    """new_median / base_median - 1."""
+    """new / base - 1 for a median; for a mean, (new - base) over the scale it is judged by."""
     low: float
     high: float
-    """The confidence interval of `change`."""
+    """The confidence interval of `change` (for a mean, `change` both: no interval)."""
 
 
 def median_change(base: list[list[int]], new: list[list[int]], confidence: float = 0.95,
@@ -57,6 +59,35 @@ def median_change(base: list[list[int]], new: list[list[int]], confidence: float
     low, high = np.quantile(ratios, [tail, 1 - tail])
     change = float(_relative(np.array([new_median]), np.array([base_median]))[0])
     return Change(base_median, new_median, change, float(low), float(high))
+
+
+def _pooled_mean(runs: list[list[int]]) -> float:
+    return float(np.mean(np.concatenate([np.asarray(r, np.float64) for r in runs])))
+
+
+def mean_change(base: list[list[int]], new: list[list[int]], scale: float) -> Change:
+    """The change of the pooled mean over `scale` (a key of time stalled per step: over the
+    phase's mean step time, so +0.10 is a tenth of a step more). No interval: stalls come a few
+    scheduler slices a run, too few steps for a bootstrap over steps to bound their mean (with
+    three stalled steps of 47, one resample in twenty holds none); the band of the baseline's
+    runs (mean_noise) is what guards it."""
+    base_mean, new_mean = _pooled_mean(base), _pooled_mean(new)
+    change = (new_mean - base_mean) / max(scale, 1e-9)
+    return Change(base_mean, new_mean, change, change, change)
+
+
+def mean_noise(base: list[list[int]], scale: float, confidence: float) -> float | None:
+    """How far the mean of one more run may lie from the baseline runs' mean, over `scale`:
+    the `confidence` prediction band from the runs' means (Student's t, widened by
+    sqrt(1 + 1/runs)), on a linear scale (a mean of stalls is often 0, whose logarithm
+    run_noise would need); None with fewer than two runs. Where runs stall alike (2 threads on
+    2 CPUs beside the recorder: 4-16 % of a step) it is wide; where they never do (1 thread
+    pinned), it is about 0 and the rule's limit decides."""
+    means = [float(np.mean(r)) for r in base if r]
+    if len(means) < 2:
+        return None
+    spread = float(np.std(means, ddof=1)) * math.sqrt(1 + 1 / len(means))
+    return t_quantile(0.5 + confidence / 2, len(means) - 1) * spread / max(scale, 1e-9)
 
 
 def _relative(new: np.ndarray, base: np.ndarray) -> np.ndarray:

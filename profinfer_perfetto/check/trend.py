@@ -41,13 +41,14 @@ change (three pooled runs and a candidate 25 % off read as a drift of 30 %)."""
 
 
 def trends(result: CheckResult, base: Baseline) -> list[Trend]:
-    """A trend for each decided key of the check (two points at least)."""
+    """A trend for each decided key of the check judged by its median (two points at least;
+    a mean of stalls is mostly none, whose logarithm has no trend)."""
     out = []
     for v in result.verdicts:
-        if v.change is None:
+        if v.change is None or v.rule.statistic != "median":
             continue
         medians = [float(np.median(r)) for r in base.samples[v.key] if r]
-        medians.append(v.change.new_median)
+        medians.append(v.change.new)
         logs = np.log(np.maximum(medians, 1e-9))
         slope = float(np.polyfit(np.arange(len(logs)), logs, 1)[0])
         out.append(Trend(v.key, medians, math.expm1(slope),

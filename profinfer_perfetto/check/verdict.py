@@ -10,6 +10,8 @@ from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
     common_spread,
+    mean_change,
+    mean_noise,
     median_change,
     run_noise,
     run_spread,
@@ -34,7 +36,7 @@ class Verdict:
     change: Change | None = None
     confidence: str = "95%"
     noise: float | None = None
-    """How far one more baseline run's median may stray (None: a one-run baseline)."""
+    """How far one more baseline run's statistic may stray (None: a one-run baseline)."""
 
     @property
     def failed(self) -> bool:
@@ -46,9 +48,10 @@ class Verdict:
             return f"{self.key}: {self.verdict} (baseline {self.base_n} samples, " \
                    f"candidate {self.new_n})"
         noise = "" if self.noise is None else f", runs stray ±{self.noise:.1%}"
-        return (f"{self.key}: median {shown(self.key, c.base_median)} -> "
-                f"{shown(self.key, c.new_median)} "
-                f"({c.change:+.1%}, {self.confidence} CI {c.low:+.1%} .. {c.high:+.1%}; "
+        how = (f"{c.change:+.1%} of a step" if self.rule.statistic == "mean" else
+               f"{c.change:+.1%}, {self.confidence} CI {c.low:+.1%} .. {c.high:+.1%}")
+        return (f"{self.key}: {self.rule.statistic} {shown(self.key, c.base)} -> "
+                f"{shown(self.key, c.new)} ({how}; "
                 f"limit {self.rule.max_change:+.0%}{noise}): {self.verdict}")
 
 
@@ -77,12 +80,18 @@ def _judge(rule: Rule, change: Change, noise: float | None) -> str:
     sign = 1 if rule.direction == "increase" else -1
     worse = change.low if sign > 0 else -change.high
     better = -change.high if sign > 0 else change.low
-    big_enough = abs(change.new_median - change.base_median) >= rule.min_abs_ns
+    big_enough = abs(change.new - change.base) >= rule.min_abs_ns
     for past, moved, verdict in ((worse, sign * change.change, REGRESSION),
                                  (better, -sign * change.change, IMPROVEMENT)):
         if past > rule.max_change and big_enough:
             return WITHIN_NOISE if noise is not None and moved <= noise else verdict
     return OK
+
+
+def _step_scale(base: Baseline, key: str) -> float:
+    """What a mean of the key is judged as a part of: its phase's mean step time."""
+    steps = [s for run in base.samples.get(f"step/{key.split('/')[1]}", []) for s in run]
+    return float(sum(steps) / len(steps)) if steps else 0.0
 
 
 def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
@@ -105,7 +114,10 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     """The verdicts with a change, judged once every key's is known (their band depends on how
     many there are)."""
     watched = {rule: _watched(rule, base) for rule in rules}
-    spreads = {k: run_spread(base.samples[k]) for keys in watched.values() for k in keys}
+    spreads = {k: run_spread(base.samples[k]) for rule, keys in watched.items() for k in keys
+               if rule.statistic == "median"}
+    scales = {k: _step_scale(base, k) for rule, keys in watched.items() for k in keys
+              if rule.statistic == "mean"}
     prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
     for rule, keys in watched.items():
         for key in keys:
@@ -117,7 +129,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                 verdict, change = UNDECIDED, None
             else:
                 verdict = OK
-                change = median_change(a, b, settings.confidence, settings.resamples)
+                change = (mean_change(a, b, scales[key]) if rule.statistic == "mean" else
+                          median_change(a, b, settings.confidence, settings.resamples))
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
                                            confidence))
@@ -126,8 +139,11 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     for i in judged:
         v = result.verdicts[i]
         assert v.change is not None
-        own = spreads[v.key]
-        noise = None if own is None else run_noise(own, each, prior)
+        if v.rule.statistic == "mean":
+            noise = mean_noise(base.samples[v.key], scales[v.key], each)
+        else:
+            own = spreads[v.key]
+            noise = None if own is None else run_noise(own, each, prior)
         result.verdicts[i] = replace(v, verdict=_judge(v.rule, v.change, noise), noise=noise)
     if not result.verdicts:
         result.warnings.append(
