@@ -81,7 +81,7 @@ def mean_noise(base: list[list[int]], scale: float, confidence: float) -> float 
     the `confidence` prediction band from the runs' means (Student's t, widened by
     sqrt(1 + 1/runs)), on a linear scale (a mean of stalls is often 0, whose logarithm
     run_noise would need); None with fewer than two runs. Where runs stall alike (2 threads on
-    2 CPUs beside the recorder: 4-16 % of a step) it is wide; where they never do (1 thread
+    2 CPUs beside the recorder: up to 19 % of a step) it is wide; where they never do (1 thread
     pinned), it is about 0 and the rule's limit decides."""
     means = [float(np.mean(r)) for r in base if r]
     if len(means) < 2:
