@@ -39,6 +39,10 @@ change to one role's kernel or tensor moves it in full (10 % slower: +10 %, what
 of the step), and what slows a kernel everywhere (a slower or busier machine) moves it not."""
 PER_STEP = (SHARE, REL)
 """The key kinds in ppm, one sample per step."""
+STEP_KEY = "step"
+"""The key kind of a phase's token-step latencies."""
+STALLED_KEY = "interference"
+"""The key kind of each step's time stalled waiting for a CPU (traces recorded with --sched)."""
 WINDOW_KEY = "window"
 """The key kind of a phase's mean step time over WINDOW consecutive steps (one sample per
 step that starts a window): what a run sustains, which a CPU shared with another task slows
@@ -138,10 +142,10 @@ def _from_query(q: TraceQuery) -> Baseline:
     samples: dict[str, list[int]] = {}
     phase_time: dict[str, int] = {}
     for phase, dur in steps:
-        samples.setdefault(f"step/{phase}", []).append(int(dur))
+        samples.setdefault(f"{STEP_KEY}/{phase}", []).append(int(dur))
         phase_time[phase] = phase_time.get(phase, 0) + int(dur)
     for phase in phase_time:
-        durs = np.asarray(samples[f"step/{phase}"], np.float64)
+        durs = np.asarray(samples[f"{STEP_KEY}/{phase}"], np.float64)
         if len(durs) >= WINDOW:
             means = np.convolve(durs, np.ones(WINDOW) / WINDOW, mode="valid")
             samples[f"{WINDOW_KEY}/{phase}"] = np.rint(means).astype(int).tolist()
@@ -149,7 +153,7 @@ def _from_query(q: TraceQuery) -> Baseline:
     if q.sql("select count(*) from sched").rows[0][0]:
         for phase, stalled in q.sql("select phase, stalled from profinfer_step_interference "
                                     "order by step").rows:
-            samples.setdefault(f"interference/{phase}", []).append(int(stalled))
+            samples.setdefault(f"{STALLED_KEY}/{phase}", []).append(int(stalled))
     for key, values in _per_step(in_steps).items():
         samples.setdefault(key, []).extend(values)
     for phase, op, role, dur in nodes:

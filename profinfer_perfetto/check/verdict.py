@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
-from profinfer_perfetto.check.baseline import Baseline, describe, shown
+from profinfer_perfetto.check.baseline import (
+    STALLED_KEY,
+    STEP_KEY,
+    WINDOW_KEY,
+    Baseline,
+    describe,
+    shown,
+)
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
@@ -90,7 +97,7 @@ def _judge(rule: Rule, change: Change, noise: float | None) -> str:
 
 def _step_scale(base: Baseline, key: str) -> float:
     """What a mean of the key is judged as a part of: its phase's mean step time."""
-    steps = [s for run in base.samples.get(f"step/{key.split('/')[1]}", []) for s in run]
+    steps = [s for run in base.samples.get(f"{STEP_KEY}/{key.split('/')[1]}", []) for s in run]
     return float(sum(steps) / len(steps)) if steps else 0.0
 
 
@@ -148,4 +155,11 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     if not result.verdicts:
         result.warnings.append(
             f"no rule matched a key of the baseline ({describe(base.made_from)})")
+    slower = sorted({v.key for v in result.verdicts if v.failed and
+                     v.key.split("/")[0] in (STEP_KEY, WINDOW_KEY)})
+    if slower and not any(k.startswith(f"{STALLED_KEY}/") for k in (*base.samples, *new.samples)):
+        result.warnings.append(
+            f"{', '.join(slower)} regressed in runs recorded without --sched, which cannot tell "
+            "a busy machine from slower code: record both with --sched (the time stalled "
+            "waiting for a CPU is then judged too)")
     return result

@@ -288,6 +288,21 @@ def test_a_few_steps_stalled_for_whole_slices_are_caught_by_the_mean() -> None:
     assert not quiet.failed
 
 
+def test_slower_steps_without_sched_say_how_to_tell_a_busy_machine() -> None:
+    """A step regression in runs without stall samples warns that --sched would tell a busy
+    machine from slower code; with them, the stall rule says it, and no warning."""
+    base = Baseline({}, {"step/decode": [[100_000] * 20] * 3})
+    slower = Baseline({}, {"step/decode": [[130_000] * 20]})
+    (warning,) = [w for w in compare(base, slower, DEFAULT_RULES, Settings()).warnings
+                  if "--sched" in w]
+    assert warning.startswith("step/decode regressed in runs recorded without --sched")
+    stalls = {"interference/decode": [[0] * 20] * 3}
+    with_sched = compare(Baseline({}, {**base.samples, **stalls}),
+                         Baseline({}, {**slower.samples, "interference/decode": [[0] * 20]}),
+                         DEFAULT_RULES, Settings())
+    assert with_sched.failed and not any("--sched" in w for w in with_sched.warnings)
+
+
 def test_a_rule_with_an_unknown_statistic_is_bad_input(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rule]]\nname = "x"\nkeys = "*"\nmax_change = 1\nstatistic = "mode"\n')
