@@ -17,7 +17,7 @@ def _row(v: Verdict) -> list[str]:
     noise = "" if v.noise is None else f"±{v.noise:.1%}"
     if c is None:
         return [v.key, "", "", "", "", f"{v.rule.max_change:+.0%}", noise, v.verdict]
-    mean = v.rule.statistic == "mean"
+    mean = v.rule.by_mean
     return [v.key, shown(v.key, c.base), shown(v.key, c.new),
             f"{c.change:+.1%}{' of a step' if mean else ''}",
             "" if mean else f"{c.low:+.1%} .. {c.high:+.1%}", f"{v.rule.max_change:+.0%}", noise,
@@ -48,8 +48,7 @@ def as_json(result: CheckResult, out: TextIO) -> None:
              "unit": "ppm" if v.key.split("/")[0] in PER_STEP else "ns",
              "statistic": v.rule.statistic,
              **({"base": v.change.base, "new": v.change.new, "change": v.change.change,
-                 "interval": ([v.change.low, v.change.high] if v.rule.statistic == "median"
-                              else None)}
+                 "interval": None if v.rule.by_mean else [v.change.low, v.change.high]}
                 if v.change else {})}
             for v in result.verdicts
         ],

@@ -47,8 +47,15 @@ class Rule:
     direction: str = "increase"
     statistic: str = "median"
 
+    @property
+    def by_mean(self) -> bool:
+        """Judged by the change of its mean as a part of a step (stats.mean_change), with no
+        interval; else by the change of its median (stats.median_change)."""
+        return self.statistic == MEAN
 
-STATISTICS = ("median", "mean")
+
+MEAN = "mean"
+STATISTICS = ("median", MEAN)
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ DEFAULT_RULES = (
     # always none, and a task on the target's CPU takes a few whole scheduler slices a run,
     # which a median never sees: the mean, as a part of the mean step (bench gate, README).
     Rule("decode time stalled waiting for a CPU", "interference/decode", 0.02,
-         statistic="mean"),
+         statistic=MEAN),
 )
 
 

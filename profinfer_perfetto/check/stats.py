@@ -22,6 +22,11 @@ class Change:
     """The confidence interval of `change` (for a mean, `change` both: no interval)."""
 
 
+def _pooled(runs: list[list[int]]) -> np.ndarray:
+    """The runs' samples as one."""
+    return np.concatenate([np.asarray(r, np.float64) for r in runs])
+
+
 def median_change(base: list[list[int]], new: list[list[int]], confidence: float = 0.95,
                   resamples: int = 2000, seed: int = 0) -> Change:
     """Relative change of the pooled median, with a percentile bootstrap interval.
@@ -52,17 +57,12 @@ def median_change(base: list[list[int]], new: list[list[int]], confidence: float
             out[i] = np.median(pooled[rng.integers(0, len(pooled), len(pooled))])
         return out
 
-    base_median = float(np.median(np.concatenate([np.asarray(r, float) for r in base])))
-    new_median = float(np.median(np.concatenate([np.asarray(r, float) for r in new])))
+    base_median, new_median = float(np.median(_pooled(base))), float(np.median(_pooled(new)))
     ratios = _relative(medians(new), medians(base))
     tail = (1 - confidence) / 2
     low, high = np.quantile(ratios, [tail, 1 - tail])
     change = float(_relative(np.array([new_median]), np.array([base_median]))[0])
     return Change(base_median, new_median, change, float(low), float(high))
-
-
-def _pooled_mean(runs: list[list[int]]) -> float:
-    return float(np.mean(np.concatenate([np.asarray(r, np.float64) for r in runs])))
 
 
 def mean_change(base: list[list[int]], new: list[list[int]], scale: float) -> Change:
@@ -71,7 +71,7 @@ def mean_change(base: list[list[int]], new: list[list[int]], scale: float) -> Ch
     scheduler slices a run, too few steps for a bootstrap over steps to bound their mean (with
     three stalled steps of 47, one resample in twenty holds none); the band of the baseline's
     runs (mean_noise) is what guards it."""
-    base_mean, new_mean = _pooled_mean(base), _pooled_mean(new)
+    base_mean, new_mean = float(np.mean(_pooled(base))), float(np.mean(_pooled(new)))
     change = (new_mean - base_mean) / max(scale, 1e-9)
     return Change(base_mean, new_mean, change, change, change)
 

@@ -45,7 +45,7 @@ def trends(result: CheckResult, base: Baseline) -> list[Trend]:
     a mean of stalls is mostly none, whose logarithm has no trend)."""
     out = []
     for v in result.verdicts:
-        if v.change is None or v.rule.statistic != "median":
+        if v.change is None or v.rule.by_mean:
             continue
         medians = [float(np.median(r)) for r in base.samples[v.key] if r]
         medians.append(v.change.new)

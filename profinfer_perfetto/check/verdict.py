@@ -55,7 +55,7 @@ class Verdict:
             return f"{self.key}: {self.verdict} (baseline {self.base_n} samples, " \
                    f"candidate {self.new_n})"
         noise = "" if self.noise is None else f", runs stray ±{self.noise:.1%}"
-        how = (f"{c.change:+.1%} of a step" if self.rule.statistic == "mean" else
+        how = (f"{c.change:+.1%} of a step" if self.rule.by_mean else
                f"{c.change:+.1%}, {self.confidence} CI {c.low:+.1%} .. {c.high:+.1%}")
         return (f"{self.key}: {self.rule.statistic} {shown(self.key, c.base)} -> "
                 f"{shown(self.key, c.new)} ({how}; "
@@ -122,9 +122,9 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     many there are)."""
     watched = {rule: _watched(rule, base) for rule in rules}
     spreads = {k: run_spread(base.samples[k]) for rule, keys in watched.items() for k in keys
-               if rule.statistic == "median"}
+               if not rule.by_mean}
     scales = {k: _step_scale(base, k) for rule, keys in watched.items() for k in keys
-              if rule.statistic == "mean"}
+              if rule.by_mean}
     prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
     for rule, keys in watched.items():
         for key in keys:
@@ -136,7 +136,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                 verdict, change = UNDECIDED, None
             else:
                 verdict = OK
-                change = (mean_change(a, b, scales[key]) if rule.statistic == "mean" else
+                change = (mean_change(a, b, scales[key]) if rule.by_mean else
                           median_change(a, b, settings.confidence, settings.resamples))
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
@@ -146,7 +146,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     for i in judged:
         v = result.verdicts[i]
         assert v.change is not None
-        if v.rule.statistic == "mean":
+        if v.rule.by_mean:
             noise = mean_noise(base.samples[v.key], scales[v.key], each)
         else:
             own = spreads[v.key]
@@ -157,7 +157,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             f"no rule matched a key of the baseline ({describe(base.made_from)})")
     slower = sorted({v.key for v in result.verdicts if v.failed and
                      v.key.split("/")[0] in (STEP_KEY, WINDOW_KEY)})
-    if slower and not any(k.startswith(f"{STALLED_KEY}/") for k in (*base.samples, *new.samples)):
+    if slower and not any(k.split("/")[0] == STALLED_KEY for k in (*base.samples, *new.samples)):
         result.warnings.append(
             f"{', '.join(slower)} regressed in runs recorded without --sched, which cannot tell "
             "a busy machine from slower code: record both with --sched (the time stalled "
