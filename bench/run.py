@@ -13,10 +13,10 @@ gate    the regression gate's false alarms and power (bench/gate.py): 23 recordi
         against the same three (to be caught). The recordings are kept, so the gate's
         statistics can be judged again on them.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
-        interleaved A B A B (6 pairs), for Gemma-3-270M and the medium random models at 1 and
-        2 threads (1-thread runs: llama.cpp pinned to one CPU), full tracing, `--no-barriers`
-        and `--sample 256 --detach`: the median slowdown with a bootstrap interval, and the
-        recorder's CPU.
+        interleaved A B A B (8 pairs), for Gemma-3-270M and the medium random models at 1 and
+        2 threads (1-thread runs: llama.cpp pinned to one CPU), `--floor` (the probe sites with
+        empty programs: the traps alone), full tracing, `--no-barriers` and `--sample 256
+        --detach`: the median slowdown with a bootstrap interval, and the recorder's CPU.
 windows the recorder attached to one long generation for whole windows (`record --pid`, 6 s,
         its drain thread included) in turn with plain windows, every token step timed by
         bpftrace: each traced window's median step against the plain windows beside it, for
@@ -74,9 +74,11 @@ CACHE = assets.CACHE / "bench"
 MILLION = 1_000_000
 
 
-def completion(model: str, tokens: int, threads: int, *extra: str) -> list[str]:
-    """A seeded llama-completion generation of `tokens` tokens."""
-    return [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)),
+def completion(model: str, tokens: int, threads: int, *extra: str, build: str = "shared"
+               ) -> list[str]:
+    """A seeded llama-completion generation of `tokens` tokens (of the shared build, or another
+    of assets.bin_dir's)."""
+    return [str(assets.llama_bin("llama-completion", build)), "-m", str(assets.model(model)),
             "-p", "Paris is the capital of", "-n", str(tokens), "-t", str(threads), "-no-cnv",
             "--no-warmup", "-s", "1", *extra]
 
@@ -273,12 +275,12 @@ def _median_ci(values: list[float], seed: int = 0) -> tuple[float, float, float]
     return float(np.median(v)), float(low), float(high)
 
 
-MODES = {"full": [], "no barriers": ["--no-barriers"],
+MODES = {"floor": ["--floor"], "full": [], "no barriers": ["--no-barriers"],
          "sample 256, detach": ["--sample", "256", "--detach"], "full + --sched": ["--sched"],
          "full + --stream": ["--stream"]}
 
 
-def bench_overhead(pairs: int = 6, models: tuple[str, ...] = ("gemma-3-270m", "medium-llama",
+def bench_overhead(pairs: int = 8, models: tuple[str, ...] = ("gemma-3-270m", "medium-llama",
                    "medium-qwen3moe"), threads_of: tuple[int, ...] = (1, 2),
                    modes: tuple[str, ...] = tuple(MODES)) -> dict[str, Any]:
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -338,7 +340,7 @@ def _median_step(steps: np.ndarray, a: int, b: int) -> float:
     return float(np.median(steps[inside, 1])) if inside.any() else float("nan")
 
 
-def _windows(model: str, threads: int, rounds: int
+def _windows(model: str, threads: int, rounds: int, build: str
              ) -> tuple[np.ndarray, list[tuple[str, int, int]], list[tuple[int, int]]]:
     """One long generation, its steps timed by bpftrace, with `record --pid` attached for
     WINDOW_S in each mode in turn, `rounds` times, a plain window after each. Returns the steps
@@ -349,11 +351,12 @@ def _windows(model: str, threads: int, rounds: int
     steps_file = CACHE / "window-steps.txt"
     # Without end: the context shifts when it fills (medium-llama's 4096 tokens last minutes).
     target = subprocess.Popen(completion(model, 1 << 20, threads, "--ignore-eos",
-                                         "--context-shift"),
+                                         "--context-shift", build=build),
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     with steps_file.open("w") as steps_out:
-        lib = assets.bin_dir("shared") / "libllama.so"
+        lib = (assets.llama_bin("llama-completion", build) if build == "static"
+               else assets.bin_dir(build) / "libllama.so")
         timer = subprocess.Popen(["bpftrace", "-e", STEP_TIMER.format(lib=lib)],
                                  stdout=steps_out, stderr=subprocess.DEVNULL)
     windows: list[tuple[str, int, int]] = []
@@ -388,28 +391,34 @@ def _windows(model: str, threads: int, rounds: int
     return np.array(steps, np.int64).reshape(-1, 2), windows, plain
 
 
-def bench_windows(setups: tuple[tuple[str, int], ...] = (("gemma-3-270m", 1),
-                                                          ("gemma-3-270m", 2)),
+WINDOW_SETUPS = (("gemma-3-270m", 1, "shared"), ("gemma-3-270m", 2, "shared"),
+                 ("gemma-3-270m", 1, "static"), ("gemma-3-270m", 2, "static"))
+"""Model, threads, build: the static build is made with -fcf-protection (every function starts
+with endbr64, as Ubuntu's and Fedora's compilers build by default)."""
+
+
+def bench_windows(setups: tuple[tuple[str, int, str], ...] = WINDOW_SETUPS,
                   rounds: int = 4) -> dict[str, Any]:
     """The recorder attached to one long generation (`record --pid`, WINDOW_S at a time, its
     drain thread and all), in turn with plain windows: each traced window's median step (timed
     by bpftrace) against the median step of the plain windows before and after it; `floor`
     attaches the same probe sites with programs that return at once."""
     results: dict[str, Any] = {}
-    for model, threads in setups:
-        steps, windows, plain = _windows(model, threads, rounds)
+    for model, threads, llama_build in setups:
+        steps, windows, plain = _windows(model, threads, rounds, llama_build)
+        name = f"{model} t{threads}" + ("" if llama_build == "shared" else f" {llama_build} build")
         by_mode: dict[str, list[float]] = {mode: [] for mode in WINDOW_MODES}
         for i, (mode, a, b) in enumerate(windows):
             around = np.mean([_median_step(steps, *plain[i]), _median_step(steps, *plain[i + 1])])
             by_mode[mode].append(_median_step(steps, a, b) / float(around) - 1)
         for mode, slowdowns in by_mode.items():
-            results[f"{model} t{threads} {mode}"] = {
+            results[f"{name} {mode}"] = {
                 "slowdown": [round(x, 4) for x in _median_ci(slowdowns)],
                 "windows": [round(x, 4) for x in slowdowns],
                 "plain_step_ms": round(float(np.median([_median_step(steps, *w)
                                                         for w in plain])) / 1e6, 2),
             }
-            print(model, threads, mode, results[f"{model} t{threads} {mode}"], flush=True)
+            print(name, mode, results[f"{name} {mode}"], flush=True)
     return results
 
 

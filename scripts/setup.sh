@@ -90,7 +90,10 @@ build_llama() {  # build_llama DIR NAME BUILD_SHARED_LIBS "CMAKE FLAGS" NICENESS
 fetch_llama "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_DIR"
 build_llama "$LLAMA_DIR" shared ON "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" \
     llama-completion llama-cli llama-bench llama-server llama-eval-callback
-build_llama "$LLAMA_DIR" static OFF "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" llama-completion
+# The static build is also made as Ubuntu's and Fedora's compilers build by default
+# (-fcf-protection: every function starts with endbr64), for the tests of such builds.
+CFLAGS="$CFLAGS -fcf-protection=full" CXXFLAGS="$CXXFLAGS -fcf-protection=full" \
+    build_llama "$LLAMA_DIR" static OFF "$LLAMA_CMAKE_FLAGS" 0 "$(nproc)" llama-completion
 build_llama "$LLAMA_DIR" blas ON "$LLAMA_CMAKE_FLAGS $LLAMA_BLAS_CMAKE_FLAGS" 0 "$(nproc)" \
     llama-completion llama-bench
 fetch_llama "$LLAMA_OLD_VERSION" "$LLAMA_OLD_DIR"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from profinfer_perfetto.capture import x86
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
 from profinfer_perfetto.errors import ProfinferError
@@ -138,7 +139,12 @@ def _defining(files: list[ElfFile], symbol: str) -> ElfFile | None:
 
 
 def _entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
-    return Probe(fn, f.path, f.file_offset(f.symbols[symbol].vaddr), symbol, ret)
+    """A probe on entering a function (on its return: a uretprobe takes the return address
+    where a probe on entering sees it), at its first instruction the kernel need not
+    single-step (x86.entry_probe_address)."""
+    sym = f.symbols[symbol]
+    at = x86.entry_probe_address(f.read(sym.vaddr, sym.size), sym.vaddr) if sym.size else sym.vaddr
+    return Probe(fn, f.path, f.file_offset(at), symbol, ret)
 
 
 def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:

@@ -164,6 +164,8 @@ def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
 
 def test_record_a_static_build(cli: Cli, llama: Callable[..., Path],
                                model: Callable[[str], Path], tmp_path: Path) -> None:
+    """The static build is made with -fcf-protection (setup.sh): its entry probes, uretprobes
+    too, sit past each function's endbr64 (tests/integration/test_target.py)."""
     out = tmp_path / "static.pftrace"
     cmd = completion(llama, model("tiny-llama"), 2, n=4, build="static")
     result = cli("record", "-o", out, "--", *cmd)
@@ -172,6 +174,12 @@ def test_record_a_static_build(cli: Cli, llama: Callable[..., Path],
     assert record_slice(trace).args["events_lost"] == 0
     assert {s.args["op"] for s in described(trace)} >= {"MUL_MAT", "ROPE", "RMS_NORM+MUL"}
     assert trace.flows
+    # Token steps and graphs end (their uretprobes): each op inside a graph inside a step.
+    steps = [s for s in trace.slices if s.name in ("prefill", "decode")]
+    assert len(steps) >= 4 and all(s.end > s.ts for s in steps)
+    for s in op_slices(trace):
+        assert s.parent is not None and s.parent.name == "graph CPU"
+        assert s.parent.ts <= s.ts and s.end <= s.parent.end
 
 
 @contextmanager

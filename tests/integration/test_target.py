@@ -1,4 +1,5 @@
-"""Finding the probe sites and the op names in real llama.cpp builds: shared, stripped, static."""
+"""Finding the probe sites and the op names in real llama.cpp builds: shared, stripped, static
+(built with -fcf-protection)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.capture import x86
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import read_ggml_info
 from profinfer_perfetto.capture.target import objects_of_command, plan_probes
@@ -70,8 +72,13 @@ def test_static_build_names_equal_the_shared_library_s(llama: Callable[..., Path
     assert not static.is_shared_library and shared[0].is_shared_library
     from_static, from_shared = read_ggml_info([static]), read_ggml_info(shared)
     assert replace(from_static, build_id="") == replace(from_shared, build_id="")
-    fns = _fns(plan_probes([static.path]))
+    plan = plan_probes([static.path])
+    fns = _fns(plan)
     assert fns["op_begin"] == 1 and fns["barrier_enter"] >= 2 and fns["process_begin"] == 1
+    # Built with -fcf-protection (setup.sh): the op probe goes on the push after endbr64.
+    op = static.symbols["ggml_cpu_extra_compute_forward"].vaddr
+    assert static.read(op, 4) == x86.ENDBR64
+    assert [p.offset for p in plan.probes if p.fn == "op_begin"] == [static.file_offset(op + 4)]
 
 
 def test_a_binary_without_the_runtime_is_refused() -> None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.capture import x86
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import RuntimeLayout, TensorLayout, read_ggml_info
+from profinfer_perfetto.capture.target import plan_probes
 from profinfer_perfetto.errors import ProfinferError
 from tests.conftest import Cli
 
@@ -87,6 +90,31 @@ def test_doctor_reports_each_fact_and_where_it_was_read(cli: Cli, fake: Path,
     assert "tensor.src" in result.stdout and "ggml_add in libfake-ggml.so" in result.stdout
     assert "ggml 9.9.9-fake" in result.stdout
     assert not marker.exists()
+
+
+def test_a_build_with_control_flow_protection_is_probed_past_endbr64(tmp_path: Path,
+                                                                      fake: Path) -> None:
+    cet = _gcc(tmp_path, FIXTURE, "libfake-ggml-cet.so", "-shared", "-fcf-protection=full",
+               f'-DMARKER="{tmp_path / "constructor-ran"}"')
+    facts = [read_ggml_info([ElfFile(lib)]) for lib in (cet, fake)]
+    assert replace(facts[0], build_id="", sources=()) == replace(facts[1], build_id="", sources=())
+    for lib, skipped in ((cet, len(x86.ENDBR64)), (fake, 0)):
+        elf = ElfFile(lib)
+        op, graph = (elf.symbols[s].vaddr for s in ("ggml_cpu_extra_compute_forward",
+                                                    "ggml_graph_compute"))
+        assert (elf.read(op, 4) == x86.ENDBR64) == bool(skipped)
+        at = {(p.fn, p.offset) for p in plan_probes([lib]).probes}
+        assert {("op_begin", elf.file_offset(op + skipped)),
+                ("graph_begin", elf.file_offset(graph + skipped)),
+                ("graph_end", elf.file_offset(graph + skipped))} <= at
+
+
+def test_a_probe_stays_on_endbr64_where_a_jump_lands_past_it() -> None:
+    endbr_then_push = x86.ENDBR64 + bytes.fromhex("55c3")  # push %rbp; ret
+    loop = x86.ENDBR64 + bytes.fromhex("ffcf75fcc3")  # 1: dec %edi; jne 1b; ret
+    assert x86.entry_probe_address(endbr_then_push, 0x1000) == 0x1004
+    assert x86.entry_probe_address(loop, 0x1000) == 0x1000
+    assert x86.entry_probe_address(bytes.fromhex("55c3"), 0x1000) == 0x1000
 
 
 def _refused(path: Path, expected: str) -> None:
