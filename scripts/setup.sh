@@ -53,8 +53,8 @@ ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 eval "$(.venv/bin/python scripts/assets.py)"
 
 # 4. llama.cpp from the llama-cpp-python sdist: its tools, unstripped. The current version in
-#    three builds (shared, static, and shared with the BLAS backend on OpenBLAS); an older one
-#    (the version matrix, scripts/assets.py) shared only, niced.
+#    three builds (shared, static made with -fcf-protection, and shared with the BLAS backend
+#    on OpenBLAS); an older one (the version matrix, scripts/assets.py) shared only, niced.
 fetch_llama() {  # fetch_llama VERSION DIR: the sdist's vendored llama.cpp in DIR/src
     local version=$1 src="$2/src" tmp
     if [ -f "$src/CMakeLists.txt" ]; then return; fi
