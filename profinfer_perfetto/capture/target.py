@@ -138,13 +138,29 @@ def _defining(files: list[ElfFile], symbol: str) -> ElfFile | None:
     return next((f for f in files if symbol in f.symbols), None)
 
 
+def _entry_address(f: ElfFile, symbol: str) -> int:
+    """Where a probe on entering a function goes (x86.entry_probe_address)."""
+    sym = f.symbols[symbol]
+    return x86.entry_probe_address(f.read(sym.vaddr, sym.size), sym.vaddr) if sym.size else (
+        sym.vaddr)
+
+
 def _entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
     """A probe on entering a function (on its return: a uretprobe takes the return address
-    where a probe on entering sees it), at its first instruction the kernel need not
-    single-step (x86.entry_probe_address)."""
-    sym = f.symbols[symbol]
-    at = x86.entry_probe_address(f.read(sym.vaddr, sym.size), sym.vaddr) if sym.size else sym.vaddr
-    return Probe(fn, f.path, f.file_offset(at), symbol, ret)
+    where a probe on entering sees it)."""
+    return Probe(fn, f.path, f.file_offset(_entry_address(f, symbol)), symbol, ret)
+
+
+def _op_probes(f: ElfFile, symbol: str, calls: list[int]) -> list[Probe]:
+    """The op probe: on entering the op function, or, where the kernel would single-step the
+    instruction there (2024's ggml_compute_forward starts with its early return's `cmp`, before
+    any push), on each of its calls (found in every function that calls it): a direct call is
+    emulated, and the arguments are in their registers already."""
+    at = _entry_address(f, symbol)
+    if not calls or not x86.single_stepped(f.read(at, 16), at):
+        return [_entry(f, symbol, "op_begin")]
+    return [Probe("op_begin", f.path, f.file_offset(a), f"call {symbol} at {a:#x}")
+            for a in calls]
 
 
 def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:
@@ -196,14 +212,14 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
                              "is this a ggml CPU build with symbols (not stripped of them)?")
     graph_file = require(GRAPH_SYMBOL)
     ggml = read_ggml_info(files)
-    probes.append(_entry(op_file, op_symbol, "op_begin"))
+    sites = op_file.call_sites(op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL, op_symbol))
+    probes += _op_probes(op_file, op_symbol, sites.pop(op_symbol))
     probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
     probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
     alloc_file = _defining(files, ALLOC_SYMBOL)
     if alloc_file is not None:
         probes.append(_entry(alloc_file, ALLOC_SYMBOL, "graph_alloc"))
 
-    sites = op_file.call_sites(op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL))
     for callee, addrs in sites.items():
         fn = "fused_op_begin" if callee == FUSED_SYMBOL else "barrier_enter"
         probes += [

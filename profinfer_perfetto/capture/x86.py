@@ -104,15 +104,37 @@ ENDBR64 = bytes.fromhex("f30f1efa")
 Ubuntu's and Fedora's compilers) put first in every function."""
 
 
+_BRANCHES = frozenset({cx.X86_INS_CALL, cx.X86_INS_JMP, cx.X86_INS_JA, cx.X86_INS_JAE,
+                       cx.X86_INS_JB, cx.X86_INS_JBE, cx.X86_INS_JE, cx.X86_INS_JNE,
+                       cx.X86_INS_JG, cx.X86_INS_JGE, cx.X86_INS_JL, cx.X86_INS_JLE,
+                       cx.X86_INS_JO, cx.X86_INS_JNO, cx.X86_INS_JP, cx.X86_INS_JNP,
+                       cx.X86_INS_JS, cx.X86_INS_JNS})
+
+
+def single_stepped(code: bytes, address: int) -> bool:
+    """Whether a uprobe on the instruction at `address` (`code` starts there) is single-stepped.
+
+    Linux's x86 uprobes emulate a pushed register, a direct call or jump (conditional too) and
+    a nop in the kernel; any other probed instruction is copied out of line and single-stepped,
+    a second exception on every hit (on this project's nested VM a probe hit costs 1.1 us on a
+    push and 14 us on endbr64 or a mov)."""
+    first = decode(code[:16], address)[:1]
+    if not first:
+        return True
+    insn = first[0]
+    operand = insn.operands[0] if insn.operands else None
+    if insn.kind == cx.X86_INS_PUSH:
+        return not isinstance(operand, str)
+    if insn.kind in _BRANCHES:
+        return not isinstance(operand, int)
+    return bool(insn.kind != cx.X86_INS_NOP)
+
+
 def entry_probe_address(code: bytes, address: int) -> int:
     """Where a uprobe on entering the function at `address` (whose bytes are `code`) costs one
-    trap: past a leading endbr64, unless a jump in the function lands there.
-
-    Linux's x86 uprobes emulate a pushed register, a call or a jump in the kernel; any other
-    probed instruction is copied out of line and single-stepped, a second exception on every
-    hit (on this project's nested VM a probe hit costs 1.1 us on a push and 14 us on endbr64).
-    endbr64 does nothing to registers or stack, so a probe on the instruction after it sees
-    the function's arguments and return address as at its entry."""
+    trap where it can: past a leading endbr64 (single_stepped), unless a jump in the function
+    lands there. endbr64 does nothing to registers or stack, so a probe on the instruction
+    after it sees the function's arguments and return address as at its entry."""
     if not code.startswith(ENDBR64):
         return address
     after = address + len(ENDBR64)

@@ -100,13 +100,32 @@ def test_a_build_with_control_flow_protection_is_probed_past_endbr64(tmp_path: P
     assert replace(facts[0], build_id="", sources=()) == replace(facts[1], build_id="", sources=())
     for lib, skipped in ((cet, len(x86.ENDBR64)), (fake, 0)):
         elf = ElfFile(lib)
-        op, graph = (elf.symbols[s].vaddr for s in ("ggml_cpu_extra_compute_forward",
-                                                    "ggml_graph_compute"))
-        assert (elf.read(op, 4) == x86.ENDBR64) == bool(skipped)
+        graph = elf.symbols["ggml_graph_compute"].vaddr
+        assert (elf.read(graph, 4) == x86.ENDBR64) == bool(skipped)
         at = {(p.fn, p.offset) for p in plan_probes([lib]).probes}
-        assert {("op_begin", elf.file_offset(op + skipped)),
-                ("graph_begin", elf.file_offset(graph + skipped)),
+        assert {("graph_begin", elf.file_offset(graph + skipped)),
                 ("graph_end", elf.file_offset(graph + skipped))} <= at
+
+
+def test_an_op_function_whose_entry_is_single_stepped_is_probed_at_its_calls(
+        tmp_path: Path, fake: Path) -> None:
+    """The fake's op function starts with a load (after endbr64 in the -fcf-protection build):
+    its one call, in the node loop, is probed instead."""
+    cet = _gcc(tmp_path, FIXTURE, "libfake-ggml-cet.so", "-shared", "-fcf-protection=full",
+               f'-DMARKER="{tmp_path / "constructor-ran"}"')
+    for lib in (fake, cet):
+        elf = ElfFile(lib)
+        (op,) = [p for p in plan_probes([lib]).probes if p.fn == "op_begin"]
+        assert op.where.startswith("call ggml_cpu_extra_compute_forward at ")
+        call = elf.read(int(op.where.rsplit(" ", 1)[1], 16), 16)
+        assert not x86.single_stepped(call, 0) and call[0] == 0xE8
+
+
+def test_which_probed_instructions_the_kernel_single_steps() -> None:
+    emulated = ["55", "4155", "e800000000", "7500", "0f8500000000", "eb00", "90"]
+    stepped = ["f30f1efa", "4889f8", "8b4660", "ff1500000000", "ffd0", "6a01", "c3"]
+    assert not any(x86.single_stepped(bytes.fromhex(c), 0x1000) for c in emulated)
+    assert all(x86.single_stepped(bytes.fromhex(c), 0x1000) for c in stepped)
 
 
 def test_a_probe_stays_on_endbr64_where_a_jump_lands_past_it() -> None:
