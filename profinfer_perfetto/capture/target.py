@@ -141,8 +141,9 @@ def _defining(files: list[ElfFile], symbol: str) -> ElfFile | None:
 def _entry_address(f: ElfFile, symbol: str) -> int:
     """Where a probe on entering a function goes (x86.entry_probe_address)."""
     sym = f.symbols[symbol]
-    return x86.entry_probe_address(f.read(sym.vaddr, sym.size), sym.vaddr) if sym.size else (
-        sym.vaddr)
+    if not sym.size:
+        return sym.vaddr
+    return x86.entry_probe_address(f.read(sym.vaddr, sym.size), sym.vaddr)
 
 
 def _entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
@@ -153,9 +154,9 @@ def _entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
 
 def _op_probes(f: ElfFile, symbol: str, calls: list[int]) -> list[Probe]:
     """The op probe: on entering the op function, or, where the kernel would single-step the
-    instruction there (2024's ggml_compute_forward starts with its early return's `cmp`, before
-    any push), on each of its calls (found in every function that calls it): a direct call is
-    emulated, and the arguments are in their registers already."""
+    instruction there (2024's ggml_compute_forward starts with its early return's load of the
+    node's op, before any push), on each of its calls (found in every function that calls
+    it): a direct call is emulated, and the arguments are in their registers already."""
     at = _entry_address(f, symbol)
     if not calls or not x86.single_stepped(f.read(at, 16), at):
         return [_entry(f, symbol, "op_begin")]
