@@ -159,7 +159,7 @@ def _op_probes(f: ElfFile, symbol: str, calls: list[int]) -> list[Probe]:
     it): a direct call is emulated, and the arguments are in their registers already."""
     at = _entry_address(f, symbol)
     if not calls or not x86.single_stepped(f.read(at, 16), at):
-        return [_entry(f, symbol, "op_begin")]
+        return [Probe("op_begin", f.path, f.file_offset(at), symbol)]
     return [Probe("op_begin", f.path, f.file_offset(a), f"call {symbol} at {a:#x}")
             for a in calls]
 

@@ -42,6 +42,13 @@ def fake(tmp_path: Path, marker: Path) -> Path:
     return _gcc(tmp_path, FIXTURE, "libfake-ggml.so", "-shared", f'-DMARKER="{marker}"')
 
 
+@pytest.fixture
+def cet(tmp_path: Path, marker: Path) -> Path:
+    """The fake built as Ubuntu's and Fedora's compilers build (every function after endbr64)."""
+    return _gcc(tmp_path, FIXTURE, "libfake-ggml-cet.so", "-shared", "-fcf-protection=full",
+                f'-DMARKER="{marker}"')
+
+
 def _stripped(lib: Path) -> Path:
     copy = lib.with_name("stripped-" + lib.name)
     shutil.copy(lib, copy)
@@ -92,10 +99,8 @@ def test_doctor_reports_each_fact_and_where_it_was_read(cli: Cli, fake: Path,
     assert not marker.exists()
 
 
-def test_a_build_with_control_flow_protection_is_probed_past_endbr64(tmp_path: Path,
+def test_a_build_with_control_flow_protection_is_probed_past_endbr64(cet: Path,
                                                                       fake: Path) -> None:
-    cet = _gcc(tmp_path, FIXTURE, "libfake-ggml-cet.so", "-shared", "-fcf-protection=full",
-               f'-DMARKER="{tmp_path / "constructor-ran"}"')
     facts = [read_ggml_info([ElfFile(lib)]) for lib in (cet, fake)]
     assert replace(facts[0], build_id="", sources=()) == replace(facts[1], build_id="", sources=())
     for lib, skipped in ((cet, len(x86.ENDBR64)), (fake, 0)):
@@ -108,11 +113,9 @@ def test_a_build_with_control_flow_protection_is_probed_past_endbr64(tmp_path: P
 
 
 def test_an_op_function_whose_entry_is_single_stepped_is_probed_at_its_calls(
-        tmp_path: Path, fake: Path) -> None:
+        cet: Path, fake: Path) -> None:
     """The fake's op function starts with a load (after endbr64 in the -fcf-protection build):
     its one call, in the node loop, is probed instead."""
-    cet = _gcc(tmp_path, FIXTURE, "libfake-ggml-cet.so", "-shared", "-fcf-protection=full",
-               f'-DMARKER="{tmp_path / "constructor-ran"}"')
     for lib in (fake, cet):
         elf = ElfFile(lib)
         (op,) = [p for p in plan_probes([lib]).probes if p.fn == "op_begin"]
