@@ -30,7 +30,8 @@ _ROW = re.compile(r"^(?:\d+\.\d+\.\d+\.\d+ [A-Z] )?\s*\[([-\d., ]+)\],?$")
 
 
 def printed_topk(stdout: str) -> dict[int, str]:
-    """Layer -> its top-k ids as the trace writes them (`a,b c,d`: tokens apart by spaces)."""
+    """Layer -> its top-k ids as the trace writes them (`a,b c,d`: tokens apart by spaces), for
+    each tensor printed whole (the log can end inside one, or lose its rows)."""
     found: dict[int, str] = {}
     lines = iter(stdout.splitlines())
     for line in lines:
@@ -39,11 +40,12 @@ def printed_topk(stdout: str) -> dict[int, str]:
             continue
         rows = []
         for row in lines:
-            if "sum =" in row:
+            if "sum =" in row:  # the tensor's last line
+                if rows:
+                    found[int(m[1])] = " ".join(rows)
                 break
             if (r := _ROW.match(row)) is not None:
                 rows.append(",".join(str(int(float(v))) for v in r[1].split(",") if v.strip()))
-        found[int(m[1])] = " ".join(rows)
     return found
 
 
