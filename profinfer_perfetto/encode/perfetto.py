@@ -20,15 +20,17 @@ What keeps a trace small (9.2 B per recorded event on medium-llama, was 16.4): a
 description is written once per file and named by number after (DESC_ARG), counter samples only
 where a value changes, DAG flow ids from a small cycle (layout.dag_flows), the interned names
 deflated, and each sequence's packets side by side for deflate.
+
+What keeps it fast (README › Benchmarks): no Python object per event;
+an event's fields other than its counters and flows (type, track, name, args, description)
+rendered once per distinct set of them (`_bodies`: an op's on every token step) and copied
+from there; a field that few rows have costs only on those rows (`Pieces`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import struct
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO
 
@@ -46,10 +48,7 @@ GLOBAL_SEQUENCE = 2
 INCREMENTAL_CLOCK = 64
 """The first sequence-scoped clock id."""
 CHUNK_ROWS = 32768
-"""Events per compressed packet at most (about 0.5 to 1 MiB before compression); a trace's
-chunks are of one size, as many for each worker."""
-WORKERS = min(len(os.sched_getaffinity(0)), 4)
-"""Chunks rendered and compressed at once (a trace of more than CHUNK_ROWS events)."""
+"""Events per compressed packet at most (about 0.5 to 1 MiB before compression)."""
 
 _CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -273,12 +272,9 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
 
     uuids = np.array([t.uuid for t in layout.tracks], np.int64)
     events = _Events(layout, sequences, uuids, interned.blobs, counter_iids, descs)
-    if len(layout) <= CHUNK_ROWS:  # one packet (a streamed chunk, mostly): no pool to start
-        if len(layout):
-            data = _compressed(events.pieces(0, len(layout)))
-            out.write(field(_PACKET, field(_COMPRESSED, data)))
-    else:
-        _compressed_in_turn(events, len(layout), out)
+    for start in range(0, len(layout), CHUNK_ROWS):
+        rendered, _ = events.pieces(start, min(start + CHUNK_ROWS, len(layout))).render()
+        out.write(field(_PACKET, field(_COMPRESSED, compress(rendered.tobytes()))))
     count = len(new) + len(heads) + len(layout)
     if layout.sched is not None:
         opening = not written.sched_sequence
@@ -326,19 +322,17 @@ class _Events:
     def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray,
                  arg_blobs: list[bytes], counter_iids: list[int], descs: _Bytes) -> None:
         self.layout = layout
-        self.descs = descs
         self.seq = sequences.of_track[layout.track]
         size = max(seq.id for seq, _ in sequences.used) + 1
         default = np.full(size, -1, np.int64)
         last = np.zeros(size, np.int64)
         for seq, track in sequences.used:
             default[seq.id], last[seq.id] = track, seq.last_ts
-        self.own_track = layout.track != default[self.seq]
+        own_track = layout.track != default[self.seq]
         self.uuid_of = uuids
-        self.uuid = uuids[layout.track]
         # Each event's timestamp as the delta from the previous one on its sequence (from the
         # sequence's last one for the first).
-        order = np.argsort(self.seq, kind="stable")
+        order = _stable_order(self.seq)
         ts = layout.ts[order].astype(np.int64)
         seq = self.seq[order]
         first = np.flatnonzero(np.diff(seq, prepend=-1))
@@ -351,14 +345,13 @@ class _Events:
             at = np.searchsorted(seq[ends], seq_state.id) if len(seq) else 0
             if at < len(ends) and seq[ends[at]] == seq_state.id:
                 seq_state.last_ts = int(ts[ends[at]])
-        # The serialized arg sets this layout uses, back to back.
-        used = np.unique(layout.args[layout.args >= 0])
-        blobs = [arg_blobs[i] for i in used.tolist()]
-        self.arg_source = np.frombuffer(b"".join(blobs), np.uint8)
-        self.arg_size = np.zeros(len(arg_blobs), np.int64)
-        self.arg_size[used] = [len(b) for b in blobs]
-        self.arg_start = np.zeros(len(arg_blobs), np.int64)
-        self.arg_start[used] = np.cumsum(self.arg_size[used]) - self.arg_size[used]
+        # What a packet on a sequence starts with after its timestamp: the sequence id, flags.
+        heads = [_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)]
+        self.seq_head = (np.frombuffer(b"".join(heads), np.uint8),
+                         np.cumsum([0] + [len(h) for h in heads[:-1]]),
+                         np.array([len(h) for h in heads], np.int64))
+        self.body = _bodies(layout, np.where(own_track, layout.track, -1), uuids,
+                            _arg_table(layout.args, arg_blobs), descs)
         self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE for iid in counter_iids]
         self.sampled = _changes(layout.counter_track, layout.counter_value)
         self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, 1], _FLOW_ID, len(layout)),
@@ -371,74 +364,111 @@ class _Events:
         sequence's packets are much alike, so deflate finds more in a row of them than among
         the threads' packets in time order."""
         lay = self.layout
-        n = b - a
-        rows = a + np.argsort(self.seq[a:b], kind="stable")
-        p = Pieces(n)
-        typ = lay.type[rows]
-        p.varint(_TYPE, typ)
-        p.varint(_TRACK_UUID, self.uuid[rows], self.own_track[rows])
-        name = lay.name[rows]
-        p.varint(_NAME_IID, name + 1, name >= 0)
-        args = lay.args[rows]
-        has_args = args >= 0
-        if len(self.arg_source):
-            p.add(self.arg_source, np.where(has_args, self.arg_start[args], 0),
-                  np.where(has_args, self.arg_size[args], 0))
-        source, start, length = self.descs
-        if len(source):
-            p.add(source, start[rows], length[rows])
+        rows = a + _stable_order(self.seq[a:b])
+        p = Pieces(b - a)
+        _add(p, self.body, rows)
+        has_args = lay.args[rows] >= 0
         for c, prefix in enumerate(self.counter_prefix):
             delta = lay.counter_delta[rows, c]
-            on = has_args & (delta >= 0)
-            p.constant(_ANNOTATION, on)
-            p.varint(b"", len(prefix) + varint_sizes(np.maximum(delta, 0)), on)
-            p.constant(prefix, on)
-            p.varint(b"", np.maximum(delta, 0), on)
-        p.fixed64(_DOUBLE_COUNTER, lay.value[rows], typ == EventType.COUNTER)
-        for source, row_start, row_size in self.flows:
-            if len(source):
-                p.add(source, row_start[rows], row_size[rows])
+            at = np.flatnonzero(has_args & (delta >= 0))
+            p.varint(_ANNOTATION, len(prefix) + varint_sizes(delta[at]), at)
+            p.constant(prefix, at)
+            p.varint(b"", delta[at], at)
+        at = np.flatnonzero(lay.type[rows] == EventType.COUNTER)
+        p.fixed64(_DOUBLE_COUNTER, lay.value[rows[at]], at)
+        for flows in self.flows:
+            _add(p, flows, rows)
         # trace_processor reads an event's extra counter values up to the first 0, so a 0 is
         # not written; nor is a value its track already holds. An event that leaves out one of
         # its default tracks' values names the tracks of the others.
         track = lay.counter_track[rows]
-        value = lay.counter_value[rows]
         written = self.sampled[rows]
         named = ((track >= 0) & ~written).any(1)
         for c in range(track.shape[1]):
-            p.varint(_EXTRA_TRACK, self.uuid_of[track[:, c]], named & written[:, c])
+            at = np.flatnonzero(named & written[:, c])
+            p.varint(_EXTRA_TRACK, self.uuid_of[track[at, c]], at)
         for c in range(track.shape[1]):
-            p.varint(_EXTRA_VALUE, value[:, c], written[:, c])
-        event_size = p.sizes()
+            at = np.flatnonzero(written[:, c])
+            p.varint(_EXTRA_VALUE, lay.counter_value[rows[at], c], at)
         # The packet around the event, each piece put in front of the last: it reads Trace.packet
-        # tag, packet size, timestamp, sequence id, flags, TrackEvent tag and size, the event.
-        p.varint(_TRACK_EVENT, event_size, front=True)
-        p.constant(_FLAGS, front=True)
-        p.varint(_SEQUENCE_ID, self.seq[rows], front=True)
+        # tag and packet size, timestamp, sequence id and flags, TrackEvent tag and size, the
+        # event.
+        p.varint(_TRACK_EVENT, p.sizes(), front=True)
+        _add(p, self.seq_head, self.seq[rows], front=True)
         p.varint(_TIMESTAMP, self.delta[rows], front=True)
-        p.varint(b"", p.sizes(), front=True)
-        p.constant(_PACKET, front=True)
+        p.varint(_PACKET, p.sizes(), front=True)
         return p
 
 
-def _compressed_in_turn(events: _Events, rows: int, out: IO[bytes]) -> None:
-    """The event packets in compressed chunks, written in order: each chunk's pieces made on
-    this thread (many small numpy steps, which hold the GIL), then rendered and deflated on a
-    worker thread, beside the next chunk's (the gather and deflate work without the GIL)."""
-    chunks = -(-rows // CHUNK_ROWS)
-    size = -(-rows // (-(-chunks // WORKERS) * WORKERS))  # as many chunks for each worker
-    pending: deque[Future[bytes]] = deque()
-    with ThreadPoolExecutor(WORKERS) as pool:
-        for start in range(0, rows, size):
-            pending.append(pool.submit(_compressed, events.pieces(start, min(start + size,
-                                                                           rows))))
-            while pending and (len(pending) > WORKERS or start + size >= rows):
-                out.write(field(_PACKET, field(_COMPRESSED, pending.popleft().result())))
+def _add(p: Pieces, table: _Bytes, keys: np.ndarray, front: bool = False) -> None:
+    """Entry `keys[i]` of a table of byte strings (each entry's start in the source and size)
+    on row i of the pieces, where it is not empty (a key of -1: none)."""
+    source, start, size = table
+    if not len(size):
+        return
+    at = np.flatnonzero((keys >= 0) & (size[keys] > 0))
+    p.add(source, start[keys[at]], size[keys[at]], None if len(at) == len(keys) else at, front)
 
 
-def _compressed(pieces: Pieces) -> bytes:
-    data, _ = pieces.render()
-    return compress(data.tobytes())
+def _arg_table(args: np.ndarray, arg_blobs: list[bytes]) -> _Bytes:
+    """The serialized arg sets the rows use, back to back: each set's start and size (0 for
+    those not used)."""
+    used = np.unique(args[args >= 0])
+    blobs = [arg_blobs[i] for i in used.tolist()]
+    size = np.zeros(len(arg_blobs), np.int64)
+    size[used] = [len(b) for b in blobs]
+    start = np.zeros(len(arg_blobs), np.int64)
+    start[used] = np.cumsum(size[used]) - size[used]
+    return np.frombuffer(b"".join(blobs), np.uint8), start, size
+
+
+def _bodies(layout: Layout, own_track: np.ndarray, uuids: np.ndarray, args: _Bytes,
+            descs: _Bytes) -> _Bytes:
+    """Each row's event fields that are not counters or flows (type, the uuid of its track where
+    not its sequence's default one (`own_track`, else -1), name, args, node description), by
+    row: a trace has few distinct ones (an op's on every token step), each rendered once."""
+    desc_source, desc_start, desc_size = descs
+    code = _combined((np.where(desc_size > 0, desc_start, -1), layout.args, layout.name,
+                      own_track, layout.type))
+    order = _stable_order(code)
+    code = code[order]
+    new = np.ones(len(order), bool)
+    new[1:] = code[1:] != code[:-1]
+    first = order[new]
+    which = np.empty(len(order), np.int64)
+    which[order] = np.cumsum(new) - 1
+    p = Pieces(len(first))
+    p.varint(_TYPE, layout.type[first])
+    at = np.flatnonzero(own_track[first] >= 0)
+    p.varint(_TRACK_UUID, uuids[own_track[first[at]]], at)
+    at = np.flatnonzero(layout.name[first] >= 0)
+    p.varint(_NAME_IID, layout.name[first[at]] + 1, at)
+    _add(p, args, layout.args[first])
+    p.add(desc_source, desc_start[first], desc_size[first])
+    data, end = p.render()
+    size = np.diff(end, prepend=0)
+    return data, (end - size)[which], size[which]
+
+
+def _combined(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """One non-negative int64 per row, equal where the rows' keys (ints of -1 or more) are."""
+    code = np.zeros(len(keys[0]), np.int64)
+    for key in keys:
+        span = int(key.max()) + 2 if len(key) else 1
+        if len(code) and int(code.max()) >= (1 << 62) // span:  # would not fit: renumber
+            code = np.unique(code, return_inverse=True)[1].reshape(-1)
+        code = code * span + key + 1
+    return code
+
+
+def _stable_order(key: np.ndarray) -> np.ndarray:
+    """Row numbers sorted by a non-negative int key, each key's rows in row order: one sort of
+    key and row number packed into an int64 where they fit (a few times faster than a stable
+    argsort)."""
+    bits = max(len(key) - 1, 1).bit_length()
+    if len(key) and int(key.max()).bit_length() + bits > 62:
+        return np.argsort(key, kind="stable")
+    return np.sort((key.astype(np.int64) << bits) | np.arange(len(key))) & ((1 << bits) - 1)
 
 
 def _changes(track: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -447,7 +477,7 @@ def _changes(track: np.ndarray, value: np.ndarray) -> np.ndarray:
     sample in the layout is written)."""
     out = np.zeros(track.shape, bool)
     for c in range(track.shape[1]):
-        order = np.argsort(track[:, c], kind="stable")
+        order = _stable_order(track[:, c] + 1)
         t, v = track[order, c], value[order, c]
         differs = np.ones(len(order), bool)
         differs[1:] = (t[1:] != t[:-1]) | (v[1:] != v[:-1])

@@ -1,8 +1,10 @@
 """Protobuf wire format for many messages at once, with numpy: no Python object per message.
 
 A message is a row of byte pieces (a field's tag and value, or a pre-serialized blob); each
-piece has, per row, a start in a source buffer and a length (0 leaves it out). `Pieces.render`
-concatenates every row's pieces in one gather.
+piece has, on the rows it is on (all, or a few), a start in a source buffer and a length.
+`Pieces.render` writes the rows back to back, a piece at a time: the j-th byte of one piece on
+every row where it has one in one numpy step, so the work goes with the bytes, and a piece on
+few rows costs little.
 """
 
 from __future__ import annotations
@@ -69,74 +71,93 @@ def varint_sizes(values: npt.ArrayLike) -> np.ndarray:
     return size
 
 
+_Piece = tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]
+"""A source buffer; the rows the piece is on (None: all, in order); its start in the source
+and its length on each of them."""
+
+
 class Pieces:
     """The byte pieces of `rows` messages, in field order."""
 
     def __init__(self, rows: int) -> None:
         self.rows = rows
-        self._pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pieces: list[_Piece] = []
 
     def add(self, source: np.ndarray, start: npt.ArrayLike, length: npt.ArrayLike,
-            front: bool = False) -> None:
-        """Bytes `source[start:start + length]` on each row (length 0: none; a piece on no row
-        is left out)."""
-        piece = (source, np.broadcast_to(np.asarray(start, np.int64), self.rows),
-                 np.broadcast_to(np.asarray(length, np.int64), self.rows))
-        if not piece[2].any():
+            at: np.ndarray | None = None, front: bool = False) -> None:
+        """Bytes `source[start:start + length]` on each row, or on the rows `at` (distinct
+        row numbers; `start` and `length` one per row of it); a length of 0 leaves it out."""
+        n = self.rows if at is None else len(at)
+        length = np.broadcast_to(np.asarray(length, np.int64), n)
+        if not length.any():
             return
+        piece = (source, at, np.broadcast_to(np.asarray(start, np.int64), n), length)
         if front:
             self._pieces.insert(0, piece)
         else:
             self._pieces.append(piece)
 
-    def constant(self, data: bytes, on: npt.ArrayLike = True, front: bool = False) -> None:
-        self.add(np.frombuffer(data, np.uint8), 0, np.where(on, len(data), 0), front)
+    def constant(self, data: bytes, at: np.ndarray | None = None, front: bool = False) -> None:
+        self.add(np.frombuffer(data, np.uint8), 0, len(data), at, front)
 
-    def varint(self, field_tag: bytes, values: npt.ArrayLike, on: npt.ArrayLike = True,
+    def varint(self, field_tag: bytes, values: npt.ArrayLike, at: np.ndarray | None = None,
                front: bool = False) -> None:
-        """A varint field (no tag for b"")."""
-        if not np.any(on):
+        """A varint field (no tag for b""); `values` one per row, or per row of `at`."""
+        n = self.rows if at is None else len(at)
+        if not n:
             return
-        matrix, length = varints(np.broadcast_to(np.asarray(values), self.rows), field_tag)
-        width = matrix.shape[1]
-        self.add(matrix.ravel(), np.arange(self.rows) * width, np.where(on, length, 0), front)
+        matrix, length = varints(np.broadcast_to(np.asarray(values), n), field_tag)
+        self.add(matrix.ravel(), np.arange(n) * matrix.shape[1], length, at, front)
 
-    def fixed64(self, field_tag: bytes, values: np.ndarray, on: npt.ArrayLike) -> None:
-        """A fixed64 or double field; `values` are 8-byte numbers."""
-        if not np.any(on):
+    def fixed64(self, field_tag: bytes, values: np.ndarray, at: np.ndarray) -> None:
+        """A fixed64 or double field on the rows `at`; `values` are 8-byte numbers, one each."""
+        if not len(at):
             return
         raw = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"))
-        head = np.broadcast_to(np.frombuffer(field_tag, np.uint8), (self.rows, len(field_tag)))
+        head = np.broadcast_to(np.frombuffer(field_tag, np.uint8), (len(at), len(field_tag)))
         matrix = np.hstack([head, raw.view(np.uint8).reshape(-1, 8)])
         width = matrix.shape[1]
-        self.add(matrix.ravel(), np.arange(self.rows) * width, np.where(on, width, 0))
+        self.add(matrix.ravel(), np.arange(len(at)) * width, width, at)
 
     def sizes(self) -> np.ndarray:
         """Each row's length so far."""
         total = np.zeros(self.rows, np.int64)
-        for _, _, length in self._pieces:
-            total += length
+        for _, at, _, length in self._pieces:
+            if at is None:
+                total += length
+            else:
+                total[at] += length
         return total
 
     def render(self) -> tuple[np.ndarray, np.ndarray]:
         """All rows' bytes back to back, and where each row ends."""
-        bases = np.cumsum([0] + [len(p[0]) for p in self._pieces[:-1]])
-        source = np.concatenate([p[0] for p in self._pieces])
-        # Each row's pieces (start in `source`, length), row by row, then the pieces that are
-        # there (length > 0) in that order: the segments of the output.
-        start = np.empty((self.rows, len(self._pieces)), np.int32)
-        length = np.empty((self.rows, len(self._pieces)), np.int32)
-        for i, (p, base) in enumerate(zip(self._pieces, bases, strict=True)):
-            np.add(p[1], base, out=start[:, i], casting="unsafe")
-            length[:, i] = p[2]
-        row_end = np.cumsum(length.sum(1, dtype=np.int64))
-        on = length > 0
-        seg_start, seg_length = start[on], length[on]
-        # Each output byte's place in `source`: one past the byte before's, but where a
-        # segment starts.
-        step = np.ones(int(row_end[-1]) if self.rows else 0, np.int32)
-        if len(step):
-            seg_out = np.cumsum(seg_length, dtype=np.int32) - seg_length
-            step[seg_out[1:]] = seg_start[1:] - (seg_start[:-1] + seg_length[:-1] - 1)
-            step[0] = seg_start[0]
-        return source[np.cumsum(step, dtype=np.int32)], row_end
+        size = self.sizes()
+        row_end = np.cumsum(size)
+        out = np.empty(int(row_end[-1]) if self.rows else 0, np.uint8)
+        free = row_end - size
+        """Where each row's next piece goes."""
+        for source, at, start, length in self._pieces:
+            if at is None:
+                dest = free.copy()
+                free += length
+            else:
+                dest = free[at]
+                free[at] += length
+            # Byte j of the piece on every row that has more than j bytes of it, j = 0, 1, ...;
+            # the last few rows' rest (a long blob's tail) as slices.
+            src, left = np.array(start), np.array(length)
+            while len(dest) > _FEW:
+                going = left > 0
+                if not going.all():
+                    dest, src, left = dest[going], src[going], left[going]
+                out[dest] = source[src]
+                dest += 1
+                src += 1
+                left -= 1
+            for d, s, n in zip(dest.tolist(), src.tolist(), left.tolist(), strict=True):
+                out[d:d + n] = source[s:s + n]
+        return out, row_end
+
+
+_FEW = 16
+"""Rows few enough that a slice per row costs less than a numpy step per byte."""

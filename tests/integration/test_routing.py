@@ -38,7 +38,7 @@ def printed_topk(stdout: str) -> dict[int, str]:
         m = _TOPK.search(line)
         if m is None:
             continue
-        rows = []
+        rows: list[str] = []
         for row in lines:
             if "sum =" in row:  # the tensor's last line
                 if rows:

@@ -8,6 +8,7 @@ import os
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from google.protobuf import text_format
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
@@ -124,3 +125,19 @@ def test_compressed_packets_are_zlib_data() -> None:
     data = bytes(range(256)) * 1000
     assert deflate.ENGINE in ("isal", "zlib")
     assert zlib.decompress(deflate.compress(data)) == data
+
+
+@pytest.mark.parametrize("top", [5, 2**40])
+def test_rows_group_and_sort_by_their_keys(top: int) -> None:
+    """Rows of equal keys share a code and sort in row order, whether keys and row numbers pack
+    into one int64 or not (two keys near 2**40 make the packing renumber, and the sort of keys
+    of 2**50 and more falls back to argsort)."""
+    rng = np.random.default_rng(1)
+    keys = (rng.choice([-1, top], 999), rng.integers(-1, 4, 999), rng.choice([-1, top], 999))
+    code = perfetto._combined(keys)
+    rows = list(zip(*(k.tolist() for k in keys), strict=True))
+    assert len(set(code.tolist())) == len(set(rows))
+    for i in range(0, 999, 97):
+        assert (code == code[i]).tolist() == [r == rows[i] for r in rows]
+    key = np.unique(code, return_inverse=True)[1].reshape(-1) * (2**50 if top > 5 else 1)
+    assert perfetto._stable_order(key).tolist() == np.argsort(key, kind="stable").tolist()

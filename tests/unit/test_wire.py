@@ -29,10 +29,14 @@ def test_pieces_render_messages_as_protobuf_does() -> None:
     has_blob = rng.random(rows) < 0.3
     p = Pieces(rows)
     p.varint(tag(pb.TrackEvent, "type"), kind)
-    p.varint(tag(pb.TrackEvent, "name_iid"), name + 1, name >= 0)
-    p.varint(tag(pb.TrackEvent, "track_uuid"), uuid, uuid % 2 == 0)
-    p.fixed64(tag(pb.TrackEvent, "double_counter_value"), value, kind == 4)
+    named = np.flatnonzero(name >= 0)
+    p.varint(tag(pb.TrackEvent, "name_iid"), name[named] + 1, named)
+    even = np.flatnonzero(uuid % 2 == 0)
+    p.varint(tag(pb.TrackEvent, "track_uuid"), uuid[even], even)
+    counter = np.flatnonzero(kind == 4)
+    p.fixed64(tag(pb.TrackEvent, "double_counter_value"), value[counter], counter)
     p.add(np.frombuffer(blob, np.uint8), 0, np.where(has_blob, len(blob), 0))
+    p.constant(b"", np.arange(0))  # a piece on no row is left out
     data, ends = p.render()
     starts = np.concatenate([[0], ends[:-1]])
     for i in range(rows):
