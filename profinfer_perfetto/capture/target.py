@@ -152,13 +152,19 @@ def _entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
     return Probe(fn, f.path, f.file_offset(_entry_address(f, symbol)), symbol, ret)
 
 
-def _op_probes(f: ElfFile, symbol: str, calls: list[int]) -> list[Probe]:
+def _op_probes(f: ElfFile, symbol: str, calls: list[int], notes: list[str]) -> list[Probe]:
     """The op probe: on entering the op function, or, where the kernel would single-step the
     instruction there (2024's ggml_compute_forward starts with its early return's load of the
     node's op, before any push), on each of its calls (found in every function that calls
-    it): a direct call is emulated, and the arguments are in their registers already."""
+    it): a direct call is emulated, and the arguments are in their registers already. A note
+    says where neither is possible."""
     at = _entry_address(f, symbol)
-    if not calls or not x86.single_stepped(f.read(at, 16), at):
+    stepped = x86.single_stepped(f.read(at, 16), at)
+    if stepped and not calls:
+        notes.append(f"the op probe sits on an instruction the kernel single-steps ({symbol} "
+                     f"at {at:#x}, with no direct call of it to probe instead): each op costs a "
+                     "second exception, several times the cost of one trap (--floor measures it)")
+    if not stepped or not calls:
         return [Probe("op_begin", f.path, f.file_offset(at), symbol)]
     return [Probe("op_begin", f.path, f.file_offset(a), f"call {symbol} at {a:#x}")
             for a in calls]
@@ -214,7 +220,7 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
     graph_file = require(GRAPH_SYMBOL)
     ggml = read_ggml_info(files)
     sites = op_file.call_sites(op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL, op_symbol))
-    probes += _op_probes(op_file, op_symbol, sites.pop(op_symbol))
+    probes += _op_probes(op_file, op_symbol, sites.pop(op_symbol), notes)
     probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
     probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
     alloc_file = _defining(files, ALLOC_SYMBOL)

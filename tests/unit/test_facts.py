@@ -124,6 +124,21 @@ def test_an_op_function_whose_entry_is_single_stepped_is_probed_at_its_calls(
         assert not x86.single_stepped(call, 0) and call[0] == 0xE8
 
 
+def test_a_single_stepped_op_entry_with_no_call_to_probe_is_noted(tmp_path: Path, marker: Path,
+                                                                   fake: Path) -> None:
+    """Without the node loop the op function has no direct call: its probe stays on the entry
+    and the plan says what that costs."""
+    lib = _gcc(tmp_path, FIXTURE, "libfake-ggml-noloop.so", "-shared", "-DNO_NODE_LOOP",
+               f'-DMARKER="{marker}"')
+    plan = plan_probes([lib])
+    (op,) = [p for p in plan.probes if p.fn == "op_begin"]
+    assert op.where == "ggml_cpu_extra_compute_forward"
+    (note,) = [n for n in plan.notes if "single-steps" in n]
+    assert note.startswith("the op probe sits on an instruction the kernel single-steps "
+                           "(ggml_cpu_extra_compute_forward at 0x")
+    assert not any("single-steps" in n for n in plan_probes([fake]).notes)
+
+
 def test_which_probed_instructions_the_kernel_single_steps() -> None:
     emulated = ["55", "4155", "e800000000", "7500", "0f8500000000", "eb00", "90"]
     stepped = ["f30f1efa", "4889f8", "8b4660", "ff1500000000", "ffd0", "6a01", "c3"]
