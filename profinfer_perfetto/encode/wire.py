@@ -71,6 +71,9 @@ def varint_sizes(values: npt.ArrayLike) -> np.ndarray:
     return size
 
 
+_FEW = 16
+"""Rows few enough that a slice per row costs less than a numpy step per byte."""
+
 _Piece = tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]
 """A source buffer; the rows the piece is on (None: all, in order); its start in the source
 and its length on each of them."""
@@ -134,8 +137,7 @@ class Pieces:
         size = self.sizes()
         row_end = np.cumsum(size)
         out = np.empty(int(row_end[-1]) if self.rows else 0, np.uint8)
-        free = row_end - size
-        """Where each row's next piece goes."""
+        free = row_end - size  # where each row's next piece goes
         for source, at, start, length in self._pieces:
             if at is None:
                 dest = free.copy()
@@ -157,7 +159,3 @@ class Pieces:
             for d, s, n in zip(dest.tolist(), src.tolist(), left.tolist(), strict=True):
                 out[d:d + n] = source[s:s + n]
         return out, row_end
-
-
-_FEW = 16
-"""Rows few enough that a slice per row costs less than a numpy step per byte."""

@@ -27,6 +27,11 @@ def test_pieces_render_messages_as_protobuf_does() -> None:
     value = rng.normal(size=rows)
     blob = pb.TrackEvent(flow_ids=[7, 8]).SerializeToString()
     has_blob = rng.random(rows) < 0.3
+    # Each row's own run of terminating flow ids, of 0 to 40 ids (the longest few rendered as
+    # slices), from one source.
+    flows = [pb.TrackEvent(terminating_flow_ids=range(int(k))).SerializeToString()
+             for k in rng.integers(0, 41, rows)]
+    flow_size = np.array([len(f) for f in flows])
     p = Pieces(rows)
     p.varint(tag(pb.TrackEvent, "type"), kind)
     named = np.flatnonzero(name >= 0)
@@ -36,6 +41,7 @@ def test_pieces_render_messages_as_protobuf_does() -> None:
     counter = np.flatnonzero(kind == 4)
     p.fixed64(tag(pb.TrackEvent, "double_counter_value"), value[counter], counter)
     p.add(np.frombuffer(blob, np.uint8), 0, np.where(has_blob, len(blob), 0))
+    p.add(np.frombuffer(b"".join(flows), np.uint8), np.cumsum(flow_size) - flow_size, flow_size)
     p.constant(b"", np.arange(0))  # a piece on no row is left out
     data, ends = p.render()
     starts = np.concatenate([[0], ends[:-1]])
@@ -49,6 +55,7 @@ def test_pieces_render_messages_as_protobuf_does() -> None:
             expected.double_counter_value = float(value[i])
         if has_blob[i]:
             expected.flow_ids.extend([7, 8])
+        expected.MergeFromString(flows[i])
         got = pb.TrackEvent()
         got.ParseFromString(bytes(data[starts[i]:ends[i]]))
         assert got == expected
