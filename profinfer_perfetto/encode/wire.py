@@ -145,17 +145,16 @@ class Pieces:
             else:
                 dest = free[at]
                 free[at] += length
-            # Byte j of the piece on every row that has more than j bytes of it, j = 0, 1, ...;
-            # the last few rows' rest (a long blob's tail) as slices.
-            src, left = np.array(start), np.array(length)
+            # Byte j of the piece on every row that has more than j bytes of it, j = 0, 1, ...
+            # (each row's bytes `shift` apart in the source and the output); the last few rows'
+            # rest (a long blob's tail) as slices.
+            end, shift = dest + length, start - dest
             while len(dest) > _FEW:
-                going = left > 0
+                going = dest < end
                 if not going.all():
-                    dest, src, left = dest[going], src[going], left[going]
-                out[dest] = source[src]
+                    dest, end, shift = dest[going], end[going], shift[going]
+                out[dest] = source[dest + shift]
                 dest += 1
-                src += 1
-                left -= 1
-            for d, s, n in zip(dest.tolist(), src.tolist(), left.tolist(), strict=True):
-                out[d:d + n] = source[s:s + n]
+            for d, e, k in zip(dest.tolist(), end.tolist(), shift.tolist(), strict=True):
+                out[d:e] = source[d + k:e + k]
         return out, row_end
