@@ -339,7 +339,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     described = last_descriptor(recording.nodes, ptrs, at)
     node_graph = graphs.containing(at)
     ok = (described >= 0) & (node_graph >= 0)
-    raw = recording.nodes[described[ok]].copy()
+    raw = recording.nodes[described[ok]]  # a copy (fancy indexing), its ts set below
     described_at = raw["ts"].copy()
     raw["ts"] = at[ok]
     node_graph = node_graph[ok]
