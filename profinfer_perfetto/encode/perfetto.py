@@ -340,7 +340,7 @@ class _Events:
         previous[first] = last[seq[first]]
         self.delta = np.empty_like(ts)
         self.delta[order] = ts - previous
-        ends = np.append(first[1:], len(seq)) - 1
+        ends = np.append(first[1:], len(seq))[:len(first)] - 1  # each sequence's last
         for seq_state, _ in sequences.used:
             at = np.searchsorted(seq[ends], seq_state.id) if len(seq) else 0
             if at < len(ends) and seq[ends[at]] == seq_state.id:

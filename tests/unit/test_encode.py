@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -141,3 +142,25 @@ def test_rows_group_and_sort_by_their_keys(top: int) -> None:
         assert (code == code[i]).tolist() == [r == rows[i] for r in rows]
     key = np.unique(code, return_inverse=True)[1].reshape(-1) * (2**50 if top > 5 else 1)
     assert perfetto._stable_order(key).tolist() == np.argsort(key, kind="stable").tolist()
+
+
+def test_a_layout_without_events_writes_its_tracks(tmp_path: Path) -> None:
+    """A streamed chunk can lay out no event (nothing in it could be placed): it writes what it
+    has (track descriptors, interned names), alone or after a chunk with events."""
+    layout = build_layout(build(synthetic.decode_run(3, steps=2)))
+    rows = {f.name for f in dataclasses.fields(layout)
+            if isinstance(getattr(layout, f.name), np.ndarray) and f.name != "flows"}
+    empty = dataclasses.replace(layout, flows=layout.flows[:0],
+                                **{name: getattr(layout, name)[:0] for name in rows})
+    paths = {name: tmp_path / f"{name}.pftrace" for name in ("empty", "full", "full+empty")}
+    with paths["empty"].open("wb") as out:
+        assert write_perfetto(empty, out) > len(layout.tracks)  # and a head per sequence
+    with paths["full"].open("wb") as out:
+        write_perfetto(layout, out)
+    with paths["full+empty"].open("wb") as out:
+        written = perfetto.Written()
+        write_perfetto(layout, out, written)
+        write_perfetto(empty, out, written)
+    traces = {name: trace_reader.read(path) for name, path in paths.items()}
+    assert traces["empty"].slices == []
+    assert traces["full+empty"].slices == traces["full"].slices
