@@ -289,7 +289,14 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
 
 
 _Bytes = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""A piece of each row: a source buffer, each row's start in it and its length (0: none)."""
+"""Byte strings in one source buffer: each one's (by row, or by key) start in it and its size
+(0: none)."""
+
+
+def _table(blobs: list[bytes]) -> _Bytes:
+    """Byte strings back to back: the source, each one's start in it and its size."""
+    size = np.array([len(b) for b in blobs], np.int64)
+    return np.frombuffer(b"".join(blobs), np.uint8), np.cumsum(size) - size, size
 
 
 def _descriptions(layout: Layout, written: Written) -> _Bytes:
@@ -307,13 +314,11 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
             fulls.append(interned.annotation(DESC_ARG, number) + interned.blobs[desc])
             full_rows.append(row)
         refs.append(interned.annotation(DESC_ARG, number))
-    blobs = refs + fulls
-    size = np.array([len(b) for b in blobs], np.int64)
-    offset = np.cumsum(size) - size
+    source, offset, size = _table(refs + fulls)
     start, length = np.zeros(len(layout), np.int64), np.zeros(len(layout), np.int64)
     start[rows], length[rows] = offset[which.reshape(-1)], size[which.reshape(-1)]
     start[full_rows], length[full_rows] = offset[len(refs):], size[len(refs):]
-    return np.frombuffer(b"".join(blobs), np.uint8), start, length
+    return source, start, length
 
 
 class _Events:
@@ -346,10 +351,7 @@ class _Events:
             if at < len(ends) and seq[ends[at]] == seq_state.id:
                 seq_state.last_ts = int(ts[ends[at]])
         # What a packet on a sequence starts with after its timestamp: the sequence id, flags.
-        heads = [_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)]
-        self.seq_head = (np.frombuffer(b"".join(heads), np.uint8),
-                         np.cumsum([0] + [len(h) for h in heads[:-1]]),
-                         np.array([len(h) for h in heads], np.int64))
+        self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)])
         self.body = _bodies(layout, np.where(own_track, layout.track, -1), uuids,
                             _arg_table(layout.args, arg_blobs), descs)
         self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE for iid in counter_iids]
@@ -414,12 +416,10 @@ def _arg_table(args: np.ndarray, arg_blobs: list[bytes]) -> _Bytes:
     """The serialized arg sets the rows use, back to back: each set's start and size (0 for
     those not used)."""
     used = np.unique(args[args >= 0])
-    blobs = [arg_blobs[i] for i in used.tolist()]
-    size = np.zeros(len(arg_blobs), np.int64)
-    size[used] = [len(b) for b in blobs]
-    start = np.zeros(len(arg_blobs), np.int64)
-    start[used] = np.cumsum(size[used]) - size[used]
-    return np.frombuffer(b"".join(blobs), np.uint8), start, size
+    source, used_start, used_size = _table([arg_blobs[i] for i in used.tolist()])
+    start, size = np.zeros(len(arg_blobs), np.int64), np.zeros(len(arg_blobs), np.int64)
+    start[used], size[used] = used_start, used_size
+    return source, start, size
 
 
 def _bodies(layout: Layout, own_track: np.ndarray, uuids: np.ndarray, args: _Bytes,
