@@ -39,10 +39,15 @@ def _require(path: Path) -> Path:
     return path
 
 
+BUILD = os.environ.get("PROFINFER_LLAMA_BUILD", "shared")
+"""The build the tests record by default: `shared`, or another of scripts/assets.py's (in an
+emulated arm64 machine, scripts/guest.sh, the tests record the arm64 builds)."""
+
+
 @pytest.fixture
 def llama() -> Callable[..., Path]:
-    """A llama.cpp tool of the shared (default) or static build."""
-    return lambda tool, build="shared": _require(assets.llama_bin(tool, build))
+    """A llama.cpp tool of the default build (BUILD) or another one (static, blas, ...)."""
+    return lambda tool, build=BUILD: _require(assets.llama_bin(tool, build))
 
 
 @pytest.fixture

@@ -1,14 +1,13 @@
-"""Symbols, segments and call sites of an ELF file: what the probes attach to.
+"""Symbols, segments, sections and function bounds of an ELF file: what the probes attach to.
 
 A uprobe is placed at a file offset. Exported functions come from `.dynsym` (kept when a
-library is stripped), static ones from `.symtab` when present. Call sites inside a
-function are found by disassembling it with binutils' `objdump`; function bounds come
-from `.eh_frame`, so this works on stripped libraries too.
+library is stripped), static ones from `.symtab` when present. Function bounds come from
+`.eh_frame` (binutils' `objdump --dwarf=frames` reads them), so call sites are found in stripped
+libraries too (capture/code.py).
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 import shutil
 import struct
@@ -29,12 +28,15 @@ _SHT_DYNSYM = 11
 _NT_GNU_BUILD_ID = 3
 _R_X86_64_RELATIVE = 8
 _R_AARCH64_RELATIVE = 1027
+_JUMP_SLOTS = (7, 1026)
+"""R_X86_64_JUMP_SLOT and R_AARCH64_JUMP_SLOT: the GOT slots a PLT stub jumps through."""
+_SHT_NOBITS = 8
+_SHF_EXECINSTR = 4
 _SHN_UNDEF = 0
 _STT_OBJECT = 1
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
 
-_CALL = re.compile(r"^\s*([0-9a-f]+):\s+call[a-z]*\s+[0-9a-f]+ <([^>+@]+)(@plt)?(\+0x0)?>")
 _FDE = re.compile(r"\bFDE\b.*pc=([0-9a-f]+)\.\.([0-9a-f]+)")
 
 
@@ -85,6 +87,7 @@ class ElfFile:
             struct.unpack_from("<IIQQQQIIQQ", self._data, shoff + i * shentsize)
             for i in range(shnum)
         ]
+        self._shstrndx: int = struct.unpack_from("<H", self._data, 62)[0]
 
     @property
     def is_shared_library(self) -> bool:
@@ -210,32 +213,52 @@ class ElfFile:
         offset = self.file_offset(vaddr)
         return self._data[offset : self._data.index(b"\0", offset)].decode(errors="replace")
 
-    def call_sites(self, caller_calls: str, callees: tuple[str, ...]) -> dict[str, list[int]]:
-        """Addresses of calls to each of `callees` inside every function that calls `caller_calls`.
+    def _section_name(self, sec: tuple[int, ...]) -> str:
+        names = self._sections[self._shstrndx][4]
+        end = self._data.index(b"\0", names + sec[0])
+        return self._data[names + sec[0] : end].decode(errors="replace")
 
-        Functions are bounded by their `.eh_frame` entries; a call is matched by the callee's
-        name, direct or through the PLT.
-        """
-        ranges = self._function_ranges()
-        starts = [r[0] for r in ranges]
-        calls: list[tuple[int, str]] = []
-        for line in objdump(self.path, "-d", "--no-show-raw-insn").splitlines():
-            m = _CALL.match(line)
-            if m:
-                calls.append((int(m.group(1), 16), m.group(2)))
+    def section(self, name: str) -> tuple[int, bytes] | None:
+        """A section's address and bytes, by name."""
+        for sec in self._sections:
+            if self._shstrndx and self._section_name(sec) == name:
+                return sec[3], self._data[sec[4] : sec[4] + sec[5]]
+        return None
 
-        def function_of(addr: int) -> int:
-            i = bisect.bisect_right(starts, addr) - 1
-            return i if i >= 0 and addr < ranges[i][1] else -1
+    def executable_sections(self) -> list[tuple[int, bytes]]:
+        """The address and bytes of every section of code."""
+        return [(sec[3], self._data[sec[4] : sec[4] + sec[5]]) for sec in self._sections
+                if sec[2] & _SHF_EXECINSTR and sec[1] != _SHT_NOBITS]
 
-        callers = {function_of(a) for a, name in calls if name == caller_calls} - {-1}
-        sites: dict[str, list[int]] = {c: [] for c in callees}
-        for addr, name in calls:
-            if name in sites and function_of(addr) in callers:
-                sites[name].append(addr)
-        return sites
+    @cached_property
+    def _dynamic_names(self) -> list[str]:
+        """`.dynsym`'s names by index, undefined ones too."""
+        for sec in self._sections:
+            if sec[1] == _SHT_DYNSYM:
+                _, _, _, _, offset, size, link, _, _, entsize = sec
+                strings = self._sections[link][4]
+                return [self._data[strings + n : self._data.index(b"\0", strings + n)].decode(
+                    errors="replace") for n in (struct.unpack_from("<I", self._data, pos)[0]
+                                                for pos in range(offset, offset + size, entsize))]
+        return []
 
-    def _function_ranges(self) -> list[tuple[int, int]]:
+    @cached_property
+    def jump_slots(self) -> dict[int, str]:
+        """The GOT slots the PLT's stubs jump through, and the function each is for."""
+        out: dict[int, str] = {}
+        for sec in self._sections:
+            if sec[1] != _SHT_RELA:
+                continue
+            for pos in range(sec[4], sec[4] + sec[5], 24):
+                r_offset, r_info, _ = struct.unpack_from("<QQq", self._data, pos)
+                index = r_info >> 32
+                if (r_info & 0xFFFFFFFF) in _JUMP_SLOTS and index < len(self._dynamic_names):
+                    out[r_offset] = self._dynamic_names[index]
+        return out
+
+    @cached_property
+    def function_ranges(self) -> list[tuple[int, int]]:
+        """[start, end) of every function `.eh_frame` describes, in order."""
         out = objdump(self.path, "--dwarf=frames")
         return sorted((int(a, 16), int(b, 16)) for a, b in _FDE.findall(out))
 

@@ -14,13 +14,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
-from capstone import x86 as cx
-
-from profinfer_perfetto.capture import x86
+from profinfer_perfetto.capture import dataflow
+from profinfer_perfetto.capture.code import arch_of, function_code
+from profinfer_perfetto.capture.dataflow import RETURNED, Access, Kind, arg
 from profinfer_perfetto.capture.elf import ElfFile
+from profinfer_perfetto.capture.isa import Arch, Insn
 from profinfer_perfetto.errors import ProfinferError
-
-EM_X86_64 = 62
 
 _OBJECT_SIZE = 32
 """sizeof(struct ggml_object), which ggml_tensor_overhead() adds to the tensor: three size_t
@@ -125,9 +124,10 @@ class GgmlInfo:
 class _Function:
     name: str
     elf: ElfFile
-    insns: list[x86.Insn]
+    arch: Arch
+    insns: list[Insn]
 
-    def where(self, insn: x86.Insn) -> str:
+    def where(self, insn: Insn) -> str:
         return f"{self.name} in {self.elf.path.name}: {insn}"
 
 
@@ -149,12 +149,8 @@ class _Reader:
                 f"cannot derive {fact}: {symbol} is not defined in {names} "
                 "(not a ggml build, or stripped of its exported symbols)"
             )
-        if elf.machine != EM_X86_64:
-            raise ProfinferError(
-                f"cannot derive {fact}: {elf.path.name} is not x86-64 code "
-                f"(ELF machine {elf.machine}), the only code whose ggml facts can be read"
-            )
-        return _Function(symbol, elf, x86.decode(elf.code(symbol), elf.symbols[symbol].vaddr))
+        arch = arch_of(elf)
+        return _Function(symbol, elf, arch, function_code(elf, arch, symbol))
 
     def fact(self, fact: str, value: int | str, how: str) -> None:
         shown = f"{value:#x} ({value})" if isinstance(value, int) else value
@@ -167,21 +163,32 @@ def _unmatched(fact: str, fn: _Function, expected: str) -> ProfinferError:
     )
 
 
-def _access(r: _Reader, fact: str, symbol: str, reg: str, expected: str,
-            want: Callable[[x86.Access], bool] = lambda a: True) -> tuple[x86.Access, _Function]:
-    """The first memory access through the pointer argument in `reg` that `want`s."""
+def _access(r: _Reader, fact: str, symbol: str, pointer: str, expected: str,
+            want: Callable[[Access], bool] = lambda a: True) -> tuple[Access, _Function]:
+    """The first access to a field of `pointer` (an argument, or RETURNED) that `want`s."""
     fn = r.function(symbol, fact)
-    found = next((a for a in x86.accesses(fn.insns, reg) if want(a)), None)
+    found = next((a for a in dataflow.accesses(fn.arch, fn.insns, pointer) if want(a)), None)
     if found is None:
         raise _unmatched(fact, fn, expected)
     return found, fn
 
 
-def _offset(r: _Reader, fact: str, symbol: str, expected: str, reg: str = "rdi",
-            want: Callable[[x86.Access], bool] = lambda a: True) -> int:
-    found, fn = _access(r, fact, symbol, reg, expected, want)
+def _offset(r: _Reader, fact: str, symbol: str, expected: str, pointer: str = arg(0),
+            want: Callable[[Access], bool] = lambda a: True) -> int:
+    found, fn = _access(r, fact, symbol, pointer, expected, want)
     r.fact(fact, found.offset, fn.where(found.insn))
     return found.offset
+
+
+def _lowest(r: _Reader, fact: str, symbol: str, expected: str) -> int:
+    """The first field of an array the function reads (clang may read ne[1] before ne[0])."""
+    fn = r.function(symbol, fact)
+    loads = [a for a in dataflow.accesses(fn.arch, fn.insns, arg(0)) if a.kind is Kind.LOAD]
+    if not loads:
+        raise _unmatched(fact, fn, expected)
+    first = min(loads, key=lambda a: a.offset)
+    r.fact(fact, first.offset, fn.where(first.insn) + " (the lowest offset read)")
+    return first.offset
 
 
 def _tensor_layout(r: _Reader) -> tuple[TensorLayout, dict[str, int]]:
@@ -192,13 +199,13 @@ def _tensor_layout(r: _Reader) -> tuple[TensorLayout, dict[str, int]]:
     view_src = _view_src(r)
     layout = TensorLayout(
         type=_offset(r, "tensor.type", "ggml_element_size", "read the tensor's type",
-                     want=lambda a: a.insn.size == 4),
-        ne=_offset(r, "tensor.ne", "ggml_nelements", "read ne[0]"),
-        nb=_offset(r, "tensor.nb", "ggml_is_transposed", "read nb[0]"),
+                     want=lambda a: a.size == 4),
+        ne=_lowest(r, "tensor.ne", "ggml_nelements", "read ne[]"),
+        nb=_lowest(r, "tensor.nb", "ggml_is_transposed", "read nb[]"),
         op=op,
         op_params=op_params,
         flags=_offset(r, "tensor.flags", "ggml_set_input", "set GGML_TENSOR_FLAG_INPUT",
-                      want=lambda a: a.insn.kind == cx.X86_INS_OR and a.imm == 1),
+                      want=lambda a: a.kind is Kind.OR and a.imm == 1),
         src=src,
         # ggml.h declares `src[GGML_MAX_SRC]` right before `view_src`
         n_src=(view_src - src) // 8,
@@ -214,25 +221,28 @@ def _tensor_layout(r: _Reader) -> tuple[TensorLayout, dict[str, int]]:
 
 
 def _name(r: _Reader) -> tuple[int, int]:
-    """The name's offset (`ggml_get_name` returns its address) and length (`ggml_set_name`
-    copies at most GGML_MAX_NAME - 1 bytes)."""
+    """The name's offset (`ggml_get_name` returns its address) and length (`ggml_format_name`
+    calls `vsnprintf(tensor->name, sizeof(tensor->name), ...)`)."""
     fn = r.function("ggml_get_name", "the tensor's name offset")
-    lea = x86.field_address(fn.insns, "rdi")
-    if lea is None:
+    field = dataflow.returned(fn.arch, fn.insns)
+    if field is None or field.value.base != arg(0) or field.value.coef:
         raise _unmatched("the tensor's name offset", fn, "return the address of a field")
-    r.fact("tensor.name", lea[1], fn.where(lea[0]))
-    fn = r.function("ggml_set_name", "GGML_MAX_NAME")
-    bound = x86.immediate_to(fn.insns, cx.X86_INS_CMP)
+    r.fact("tensor.name", field.value.const, fn.where(field.insn))
+    fn = r.function("ggml_format_name", "GGML_MAX_NAME")
+    name = dataflow.Value(arg(0), 0, field.value.const)
+    bound = next((c for c in dataflow.calls(fn.arch, fn.insns)
+                  if c.args[0] == name and c.args[1].number), None)
     if bound is None:
-        raise _unmatched("GGML_MAX_NAME", fn, "copy a bounded name (cmp $GGML_MAX_NAME-1)")
-    r.fact("tensor.name length", bound[1] + 1, fn.where(bound[0]) + " (+1: the NUL)")
-    return lea[1], bound[1] + 1
+        raise _unmatched("GGML_MAX_NAME", fn, "print into the name with its size")
+    length = bound.args[1].number or 0
+    r.fact("tensor.name length", length, fn.where(bound.insn) + " (the size it prints into)")
+    return field.value.const, length
 
 
 def _compared(r: _Reader, fact: str, symbol: str, op: int | None = None) -> tuple[int, int]:
     """(offset, value) of the first `cmp $value, offset(tensor)` (at offset `op` if given)."""
-    found, fn = _access(r, fact, symbol, "rdi", "compare a field of the tensor with a constant",
-                        lambda a: a.insn.kind == cx.X86_INS_CMP and a.imm is not None
+    found, fn = _access(r, fact, symbol, arg(0), "compare a field of the tensor with a constant",
+                        lambda a: a.kind is Kind.COMPARE and a.imm is not None
                         and (op is None or a.offset == op))
     r.fact(fact, found.imm or 0, fn.where(found.insn))
     return found.offset, found.imm or 0
@@ -244,7 +254,7 @@ def _op(r: _Reader) -> tuple[int, int, dict[str, int]]:
     op, unary = _compared(r, "GGML_OP_UNARY", "ggml_get_unary_op")
     r.fact("tensor.op", op, "the field GGML_OP_UNARY is compared with")
     op_params = _offset(r, "tensor.op_params", "ggml_get_unary_op", "read op_params[0]",
-                        want=lambda a: a.insn.kind == cx.X86_INS_MOV and a.offset != op)
+                        want=lambda a: a.kind is Kind.LOAD and a.offset != op)
     enums = {"UNARY": unary}
     if r.defines("ggml_get_glu_op") is not None:
         enums["GLU"] = _compared(r, "GGML_OP_GLU", "ggml_get_glu_op", op)[1]
@@ -254,23 +264,24 @@ def _op(r: _Reader) -> tuple[int, int, dict[str, int]]:
 def _src(r: _Reader, op: int) -> tuple[int, int]:
     """src and GGML_OP_ADD: `ggml_add` stores ADD in the op of the tensor it makes, then its
     operands in src[0] and src[1]."""
-    add, fn = _access(r, "GGML_OP_ADD", "ggml_add", x86.RETURNED,
+    add, fn = _access(r, "GGML_OP_ADD", "ggml_add", RETURNED,
                       "store GGML_OP_ADD in the tensor it makes",
-                      lambda a: a.stores and a.imm is not None and a.offset == op)
+                      lambda a: a.kind is Kind.STORE and a.imm is not None and a.offset == op)
     r.fact("GGML_OP_ADD", add.imm or 0, fn.where(add.insn))
+    # a pointer, or two stored as one (clang merges the stores of src[0] and src[1])
     src = _offset(r, "tensor.src", "ggml_add", "store its operands in the new tensor's src",
-                  x86.RETURNED, lambda a: a.stores and a.imm is None and a.insn.size == 8)
+                  RETURNED, lambda a: a.kind is Kind.STORE and a.imm is None and a.size in (8, 16))
     return src, add.imm or 0
 
 
 def _size(r: _Reader) -> int:
     fn = r.function("ggml_tensor_overhead", "sizeof(struct ggml_tensor)")
-    overhead = x86.immediate_to(fn.insns, cx.X86_INS_MOV, "rax")
-    if overhead is None:
+    overhead = dataflow.returned(fn.arch, fn.insns)
+    if overhead is None or overhead.value.number is None:
         raise _unmatched("sizeof(struct ggml_tensor)", fn, "return a constant")
-    size = overhead[1] - _OBJECT_SIZE
+    size = overhead.value.number - _OBJECT_SIZE
     r.fact("tensor size", size,
-           fn.where(overhead[0]) + f" minus the {_OBJECT_SIZE}-byte ggml_object header")
+           fn.where(overhead.insn) + f" minus the {_OBJECT_SIZE}-byte ggml_object header")
     return size
 
 
@@ -279,9 +290,9 @@ def _view_src(r: _Reader) -> int:
     `ggml_backend_tensor_set` reads of its tensor is its view_src (to find the buffer)."""
     if r.defines("ggml_is_view") is not None:
         return _offset(r, "tensor.view_src", "ggml_is_view", "compare view_src with NULL",
-                       want=lambda a: a.insn.kind == cx.X86_INS_CMP and a.imm == 0)
+                       want=lambda a: a.kind is Kind.COMPARE and a.imm == 0)
     return _offset(r, "tensor.view_src", "ggml_backend_tensor_set", "read view_src",
-                   want=lambda a: a.insn.size == 8)
+                   want=lambda a: a.size == 8)
 
 
 def _check_layout(t: TensorLayout) -> None:
@@ -297,14 +308,14 @@ def _check_layout(t: TensorLayout) -> None:
 
 def _runtime_layout(r: _Reader) -> RuntimeLayout:
     n_threads = _offset(r, "cplan.n_threads", "ggml_graph_compute", "check cplan->n_threads",
-                        reg="rsi", want=lambda a: a.insn.size == 4)
+                        pointer=arg(1), want=lambda a: a.size == 4)
     tokens, token_size, pos, seq_ids = 0, 0, 0, 0
     batch = "_ZN15llama_batch_ext12set_token_idEii"
     if r.defines(batch) is not None:
         tokens = _offset(r, "llama_batch_ext.tokens", batch, "read the token vector",
-                         want=lambda a: a.insn.size == 8)
+                         want=lambda a: a.size == 8)
         fn = r.function(batch, "llama_batch_ext's token size")
-        store = x86.indexed_access(fn.insns, "rsi")
+        store = dataflow.indexed(fn.arch, fn.insns, 1)
         if store is None:
             raise _unmatched("llama_batch_ext's token size", fn, "index the token vector")
         token_size = store.stride
@@ -314,7 +325,7 @@ def _runtime_layout(r: _Reader) -> RuntimeLayout:
     return RuntimeLayout(
         cgraph_n_nodes=_offset(r, "cgraph.n_nodes", "ggml_graph_n_nodes", "read n_nodes"),
         cgraph_nodes=(_offset(r, "cgraph.nodes", "ggml_graph_node", "read the nodes array",
-                              want=lambda a: a.insn.size == 8)
+                              want=lambda a: a.size == 8)
                       if r.defines("ggml_graph_node") else 0),
         blas_backend=_blas_name(r),
         cplan_n_threads=n_threads,
@@ -347,20 +358,29 @@ def _token_field(r: _Reader, fact: str, symbol: str, token_size: int, lea: bool)
     if r.defines(symbol) is None:
         return 0
     fn = r.function(symbol, fact)
-    found = x86.element_field(fn.insns, "rsi", token_size, lea)
+    found = dataflow.element_field(fn.arch, fn.insns, 1, token_size, address=lea)
     if found is None:
         return 0
     r.fact(fact, found[1], fn.where(found[0]))
     return found[1]
 
 
-def _table(r: _Reader, symbol: str, fact: str) -> tuple[_Function, x86.Indexed]:
+@dataclass(frozen=True)
+class _Table:
+    """An array a function indexes with its argument: where entry 0's field is read."""
+
+    insn: Insn
+    at: int
+    stride: int
+
+
+def _table(r: _Reader, symbol: str, fact: str) -> tuple[_Function, _Table]:
     """The table a name function indexes with its argument (`table[i]` or `table[i].field`)."""
     fn = r.function(symbol, fact)
-    found = x86.indexed_access(fn.insns, "rdi")
-    if found is None or found.table is None:
+    found = dataflow.indexed(fn.arch, fn.insns, 0)
+    if found is None or found.at is None:
         raise _unmatched(fact, fn, "index a table with its argument")
-    return fn, found
+    return fn, _Table(found.insn, found.at, found.stride)
 
 
 def _walk(start: int, stride: int, stops: set[int], entry: Callable[[int], bool]) -> int:
@@ -373,31 +393,41 @@ def _walk(start: int, stride: int, stops: set[int], entry: Callable[[int], bool]
     return n
 
 
-def _named(elf: ElfFile, slot: int, pattern: re.Pattern[bytes]) -> bool:
-    """Whether `slot` holds a pointer the loader relocates to a NUL-terminated name."""
-    target = elf.relocated_pointer(slot)
+_RELATIVE = 4
+"""The stride of a table of 32-bit offsets from the table to each string: clang makes one of a
+static array of string pointers that only one function reads (a "reltable", no relocations)."""
+
+
+def _target(elf: ElfFile, table: _Table, slot: int) -> int | None:
+    """Where the string pointer in `slot` points once loaded (None: no pointer is there)."""
+    if table.stride == _RELATIVE:
+        return table.at + int.from_bytes(elf.read(slot, 4), "little", signed=True)
+    return elf.relocated_pointer(slot)
+
+
+def _named(elf: ElfFile, table: _Table, slot: int, pattern: re.Pattern[bytes]) -> bool:
+    """Whether `slot` points to a NUL-terminated name."""
+    target = _target(elf, table, slot)
     text = elf.c_string(target) if target is not None else None
     return text is not None and pattern.fullmatch(text) is not None
 
 
-def _count(r: _Reader, fn: _Function, table: x86.Indexed, stops: set[int],
+def _count(r: _Reader, fn: _Function, table: _Table, stops: set[int],
            entry: Callable[[int], bool], fact: str) -> int:
-    assert table.table is not None
-    sym = fn.elf.symbol_at(table.table)
+    sym = fn.elf.symbol_at(table.at)
     if sym is not None and sym.size % table.stride == 0:
         r.fact(fact, sym.size // table.stride,
                f".symtab: {sym.name} is {sym.size} bytes of {table.stride}-byte entries")
         return sym.size // table.stride
-    n = _walk(table.table, table.stride, stops, entry)
-    r.fact(fact, n, f"no sized symbol at {table.table:#x} (stripped): the entries up to the "
+    n = _walk(table.at, table.stride, stops, entry)
+    r.fact(fact, n, f"no sized symbol at {table.at:#x} (stripped): the entries up to the "
            "first that is not a relocated pointer to a name")
     return n
 
 
-def _names(elf: ElfFile, table: x86.Indexed, count: int) -> tuple[str, ...]:
-    assert table.table is not None
-    slots = (table.table + i * table.stride + table.field for i in range(count))
-    return tuple(elf.string_at(elf.pointer_at(s)) for s in slots)
+def _names(elf: ElfFile, table: _Table, count: int) -> tuple[str, ...]:
+    slots = (table.at + i * table.stride for i in range(count))
+    return tuple(elf.string_at(_target(elf, table, s) or elf.pointer_at(s)) for s in slots)
 
 
 def _op_tables(r: _Reader, enums: dict[str, int]) -> dict[str, tuple[str, ...]]:
@@ -407,12 +437,12 @@ def _op_tables(r: _Reader, enums: dict[str, int]) -> dict[str, tuple[str, ...]]:
                "glu_ops": "ggml_glu_op_name"}
     tables = {k: _table(r, s, f"the {k.replace('_', ' ')} names") for k, s in symbols.items()
               if k != "glu_ops" or r.defines(s) is not None}
-    starts = {t.table for _, t in tables.values() if t.table is not None}
+    starts = {t.at for _, t in tables.values()}
     out: dict[str, tuple[str, ...]] = {"glu_ops": ()}
     for kind, (fn, table) in tables.items():
-        if table.stride != 8 or table.field != 0:
+        if table.stride not in (8, _RELATIVE):
             raise _unmatched(f"the {kind} names", fn, "index an array of string pointers")
-        count = _count(r, fn, table, starts, partial(_named, fn.elf, pattern=_OP_NAME),
+        count = _count(r, fn, table, starts, partial(_named, fn.elf, table, pattern=_OP_NAME),
                        f"{kind} count")
         out[kind] = _names(fn.elf, table, count)
         r.fact(f"{kind} names", f"{count} names", fn.where(table.insn))
@@ -429,38 +459,39 @@ def _op_tables(r: _Reader, enums: dict[str, int]) -> dict[str, tuple[str, ...]]:
 
 def _types(r: _Reader) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
     """Names, block sizes and type sizes from type_traits[], which ggml_type_name, ggml_blck_size
-    and ggml_type_size index (the same table and stride, a different field each)."""
+    and ggml_type_size index (the same table and stride, a different field each; the name is
+    the first field, so ggml_type_name reads where the table starts)."""
     name_fn, names = _table(r, "ggml_type_name", "the type names")
     block_fn, block = _table(r, "ggml_blck_size", "the block sizes")
     size_fn, size = _table(r, "ggml_type_size", "the type sizes")
-    if not names.table == block.table == size.table or not names.stride == block.stride == \
+    fields = [t.at - names.at for t in (names, block, size)]
+    if not all(0 <= f < names.stride for f in fields) or not names.stride == block.stride == \
             size.stride or name_fn.elf is not block_fn.elf or block_fn.elf is not size_fn.elf:
         raise _unmatched("the type traits", size_fn, "index the table ggml_type_name indexes")
     elf = name_fn.elf
-    for what, fn, t in (("type names", name_fn, names), ("block sizes", block_fn, block),
-                        ("type sizes", size_fn, size)):
-        r.fact(f"type_traits {what}", f"field +{t.field}, stride {t.stride}", fn.where(t.insn))
+    for what, fn, t, f in (("type names", name_fn, names, fields[0]),
+                           ("block sizes", block_fn, block, fields[1]),
+                           ("type sizes", size_fn, size, fields[2])):
+        r.fact(f"type_traits {what}", f"field +{f}, stride {t.stride}", fn.where(t.insn))
 
     def entry(slot: int) -> bool:
-        numbers = [slot + f for f in (block.field, size.field)]
-        return _named(elf, slot + names.field, _TYPE_NAME) and all(
+        numbers = [slot + f for f in fields[1:]]
+        return _named(elf, names, slot, _TYPE_NAME) and all(
             elf.relocated_pointer(n) is None
             and 0 <= int.from_bytes(elf.read(n, 8), "little") <= _MAX_BLOCK for n in numbers)
 
-    assert names.table is not None
-    count = _count(r, name_fn, x86.Indexed(names.insn, names.table, names.stride, 0), set(),
-                   entry, "types count")
+    count = _count(r, name_fn, names, set(), entry, "types count")
     # 2024-2025 builds check the bound first (`cmp $GGML_TYPE_COUNT-1,%edi`): a cross-check
-    bound = x86.immediate_to(name_fn.insns, cx.X86_INS_CMP, "rdi")
-    if bound is not None and bound[1] + 1 != count:
+    bound = next((c for c in dataflow.compared(name_fn.arch, name_fn.insns)
+                  if c.value.base == arg(0)), None)
+    if bound is not None and bound.imm + 1 != count:
         raise ProfinferError(
             f"cannot derive the type count: type_traits has {count} entries but "
-            f"ggml_type_name in {elf.path.name} checks for {bound[1] + 1}"
+            f"ggml_type_name in {elf.path.name} checks for {bound.imm + 1}"
         )
 
-    def number(t: x86.Indexed, i: int) -> int:
-        assert t.table is not None
-        return int.from_bytes(elf.read(t.table + i * t.stride + t.field, 8), "little")
+    def number(t: _Table, i: int) -> int:
+        return int.from_bytes(elf.read(t.at + i * t.stride, 8), "little")
 
     return (_names(elf, names, count),
             tuple((number(block, i), number(size, i)) for i in range(count)))
@@ -472,11 +503,11 @@ def _returned_string(r: _Reader, symbol: str) -> str:
         r.fact(symbol, "unknown", "not defined in this build")
         return "unknown"
     fn = r.function(symbol, symbol)
-    lea = x86.rip_address(fn.insns, "rax")
-    if lea is None:
+    found = dataflow.returned(fn.arch, fn.insns)
+    if found is None or found.value.number is None:
         raise _unmatched(symbol, fn, "return a constant string")
-    text = fn.elf.string_at(lea[1])
-    r.fact(symbol, text, fn.where(lea[0]))
+    text = fn.elf.string_at(found.value.number)
+    r.fact(symbol, text, fn.where(found.insn))
     return text
 
 

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from profinfer_perfetto.capture import target
+from profinfer_perfetto.capture.code import require_host
 from profinfer_perfetto.capture.events import (
     BATCH,
     NODE,
@@ -351,6 +352,7 @@ def program_of(request: RecordRequest, probe_plan: ProbePlan) -> str:
 
 
 def _session(request: RecordRequest, probe_plan: ProbePlan) -> ProbeSession:
+    require_host(probe_plan.arch)
     selection = request.selection
     traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
     return ProbeSession(program_of(request, probe_plan), list(request.counters), request.rings,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from profinfer_perfetto.capture import x86
+from profinfer_perfetto.capture.code import arch_of, call_sites
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
 from profinfer_perfetto.errors import ProfinferError
@@ -58,6 +58,8 @@ class ProbePlan:
     ggml: GgmlInfo
     notes: tuple[str, ...]
     """What the plan could not do on this build, in a sentence each (shown in the summary)."""
+    arch: str = ""
+    """The architecture of the runtime's code (Arch.name)."""
 
     @property
     def traces_blas(self) -> bool:
@@ -138,18 +140,30 @@ def _defining(files: list[ElfFile], symbol: str) -> ElfFile | None:
     return next((f for f in files if symbol in f.symbols), None)
 
 
-def _entry_address(f: ElfFile, symbol: str) -> int:
-    """Where a probe on entering a function goes (x86.entry_probe_address)."""
+def _entry_address(f: ElfFile, symbol: str, ret: bool = False) -> int:
+    """Where a probe on entering a function goes (past a landing pad: Arch.entry_probe_address),
+    or, with `ret`, its uretprobe."""
     sym = f.symbols[symbol]
     if not sym.size:
         return sym.vaddr
-    return x86.entry_probe_address(f.read(sym.vaddr, sym.size), sym.vaddr)
+    arch, code = arch_of(f), f.read(sym.vaddr, sym.size)
+    if ret:
+        return arch.return_probe_address(code, sym.vaddr)
+    return arch.entry_probe_address(code, sym.vaddr)
+
+
+def _site(f: ElfFile, fn: str, at: int, where: str, ret: bool = False) -> Probe:
+    """A probe at address `at`, refused in one sentence where the kernel would refuse it."""
+    arch = arch_of(f)
+    if arch.refused(f.read(at, 16), at):
+        raise ProfinferError(f"cannot probe {where} in {f.path.name}: the kernel refuses a "
+                             f"uprobe on the {arch.name} instruction at {at:#x}")
+    return Probe(fn, f.path, f.file_offset(at), where, ret)
 
 
 def _entry(f: ElfFile, symbol: str, fn: str, ret: bool = False) -> Probe:
-    """A probe on entering a function (on its return: a uretprobe takes the return address
-    where a probe on entering sees it)."""
-    return Probe(fn, f.path, f.file_offset(_entry_address(f, symbol)), symbol, ret)
+    """A probe on entering a function, or on its return."""
+    return _site(f, fn, _entry_address(f, symbol, ret), symbol, ret)
 
 
 def _op_probes(f: ElfFile, symbol: str, calls: list[int], notes: list[str]) -> list[Probe]:
@@ -159,15 +173,14 @@ def _op_probes(f: ElfFile, symbol: str, calls: list[int], notes: list[str]) -> l
     it): a direct call is emulated, and the arguments are in their registers already. A note
     says where neither is possible."""
     at = _entry_address(f, symbol)
-    stepped = x86.single_stepped(f.read(at, 16), at)
+    stepped = arch_of(f).single_stepped(f.read(at, 16), at)
     if stepped and not calls:
         notes.append(f"the op probe sits on an instruction the kernel single-steps ({symbol} "
                      f"at {at:#x}, with no direct call of it to probe instead): each op costs a "
                      "second exception, several times the cost of one trap (--floor measures it)")
     if not stepped or not calls:
-        return [Probe("op_begin", f.path, f.file_offset(at), symbol)]
-    return [Probe("op_begin", f.path, f.file_offset(a), f"call {symbol} at {a:#x}")
-            for a in calls]
+        return [_site(f, "op_begin", at, symbol)]
+    return [_site(f, "op_begin", a, f"call {symbol} at {a:#x}") for a in calls]
 
 
 def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:
@@ -219,7 +232,7 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
                              "is this a ggml CPU build with symbols (not stripped of them)?")
     graph_file = require(GRAPH_SYMBOL)
     ggml = read_ggml_info(files)
-    sites = op_file.call_sites(op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL, op_symbol))
+    sites = call_sites(op_file, op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL, op_symbol))
     probes += _op_probes(op_file, op_symbol, sites.pop(op_symbol), notes)
     probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_begin"))
     probes.append(_entry(graph_file, GRAPH_SYMBOL, "graph_end", ret=True))
@@ -229,10 +242,7 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
 
     for callee, addrs in sites.items():
         fn = "fused_op_begin" if callee == FUSED_SYMBOL else "barrier_enter"
-        probes += [
-            Probe(fn, op_file.path, op_file.file_offset(a), f"call {callee} at {a:#x}")
-            for a in addrs
-        ]
+        probes += [_site(op_file, fn, a, f"call {callee} at {a:#x}") for a in addrs]
     if not any(sites[b] for b in BARRIER_SYMBOLS):
         notes.append(
             f"no call of ggml_barrier found in {op_file.path.name}'s graph loop: "
@@ -252,7 +262,7 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
     probes += _blas_probes(files, ggml, notes)
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
         notes.append("no llama_decode in the target: no token steps, graphs only")
-    return ProbePlan(tuple(probes), ggml, tuple(notes))
+    return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name)
 
 
 def process_name(pid: int) -> str:

@@ -60,6 +60,7 @@ def checks() -> list[Check]:
     named = [f"{pmu}/{event}/" for pmu, events in pmu_events().items() for event in events]
     sw = [c for c in SOFTWARE_COUNTERS if counter_opens(c)]
     hw = [c for c in HARDWARE_COUNTERS if counter_opens(c)]
+    deb = {"aarch64": "arm64"}.get(platform.machine(), "amd64")
     table: list[tuple[str, Callable[[], bool], str, str, bool]] = [
         ("root", lambda: os.geteuid() == 0, "eBPF probes need root", "run with sudo", True),
         ("kernel >= 5.8", lambda: _kernel_at_least(5, 8), f"running {release}",
@@ -68,13 +69,14 @@ def checks() -> list[Check]:
          "apt-get install bpfcc-tools python3-bpfcc (and link it into the venv: "
          "scripts/setup.sh does)", True),
         ("kernel headers", build.exists, str(build),
-         f"apt-get install linux-headers-amd64 and ln -s /usr/src/linux-headers-*-amd64 {build}",
+         f"apt-get install linux-headers-{deb} and ln -s /usr/src/linux-headers-*-{deb} {build}",
          True),
         ("tracefs", lambda: tracefs is not None, str(tracefs or "not mounted"),
          "mount -t tracefs nodev /sys/kernel/tracing", True),
         ("uprobe PMU", Path("/sys/bus/event_source/devices/uprobe/type").exists,
          "perf-event uprobes", "a kernel built with CONFIG_UPROBE_EVENTS", True),
-        ("objdump", lambda: shutil.which("objdump") is not None, "finds call sites to probe",
+        ("objdump", lambda: shutil.which("objdump") is not None,
+         "reads function bounds (.eh_frame) to find call sites in",
          "apt-get install binutils", True),
         ("software counters", lambda: bool(sw), ", ".join(sw) or "none",
          "perf events are disabled in this kernel", True),

@@ -1,6 +1,7 @@
-"""The facts derived from four real llama.cpp builds, and from the stripped llama-cpp-python
-wheels of two of them, equal what compiled offsetof and the builds' own name functions gave
-(tests/integration/ggml_builds.py). No probes: no root needed."""
+"""The facts derived from four real llama.cpp builds, from the stripped llama-cpp-python wheels
+of two of them, and from the current one cross-compiled for arm64 and built by clang, equal
+what compiled offsetof and the builds' own name functions gave (tests/integration/
+ggml_builds.py). No probes: no root needed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
-from scripts.assets import CACHE
+from scripts.assets import CACHE, LLAMA_CPP_PYTHON_VERSION, OTHER_BUILDS, bin_dir
 from tests.integration.ggml_builds import BUILDS, Build
 
 LIBS = ("libggml-base", "libggml-cpu", "libllama")
@@ -47,6 +48,16 @@ def test_a_build_s_facts_equal_the_compiled_ones(version: str) -> None:
     info = read_ggml_info(_libs(root))
     _assert_facts(info, BUILDS[version])
     assert all("(stripped)" not in s.how for s in info.sources)
+
+
+@pytest.mark.parametrize("build", OTHER_BUILDS)
+def test_other_compilers_and_architectures_give_the_same_facts(build: str) -> None:
+    """gcc for arm64 (with and without branch protection) and clang for x86-64, from the same
+    source: the same facts as gcc's x86-64 build."""
+    root = bin_dir(build).parent
+    if not (root / ".complete").is_file():
+        pytest.fail(f"{root} is not built: run scripts/setup.sh")
+    _assert_facts(read_ggml_info(_libs(root)), BUILDS[LLAMA_CPP_PYTHON_VERSION])
 
 
 @pytest.mark.parametrize("version", ["0.3.2", "0.3.36"])

@@ -26,7 +26,7 @@ from profinfer_perfetto.model.names import WAIT_SLICE, counted_arg, probe_args
 from profinfer_perfetto.model.trace_model import token_phase
 from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
-from tests.conftest import Cli
+from tests.conftest import BUILD, Cli
 from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
 
 pytestmark = pytest.mark.root
@@ -38,7 +38,7 @@ COUNTED = {"ops": "ggml_cpu_extra_compute_forward",
 
 
 def completion(llama: Callable[..., Path], model: Path, threads: int, n: int = 16,
-               build: str = "shared") -> list[str]:
+               build: str = BUILD) -> list[str]:
     return [str(llama("llama-completion", build)), "-m", str(model), "-p", PROMPT, "-n", str(n),
             "-t", str(threads), "-no-cnv", "--no-warmup", "-s", "1"]
 

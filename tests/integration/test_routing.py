@@ -18,7 +18,7 @@ import pytest
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests import trace_reader
-from tests.conftest import Cli
+from tests.conftest import BUILD, Cli
 
 pytestmark = pytest.mark.root
 
@@ -52,7 +52,7 @@ def printed_topk(stdout: str) -> dict[int, str]:
 @pytest.mark.parametrize("model", ["tiny-qwen3moe", "medium-qwen3moe", "tiny-mixtral"])
 def test_expert_ids_are_the_ones_llama_cpp_computed(cli: Cli, tmp_path: Path, model: str) -> None:
     """Top-2 of 8 experts, top-4 of 16, and a Mixtral-shaped (llama architecture) top-2 of 4."""
-    tool = assets.llama_bin("llama-eval-callback")
+    tool = assets.llama_bin("llama-eval-callback", BUILD)
     if not tool.exists():
         pytest.fail(f"{tool} is missing: run scripts/setup.sh first")
     out = tmp_path / "moe.pftrace"

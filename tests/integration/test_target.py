@@ -1,5 +1,5 @@
 """Finding the probe sites and the op names in real llama.cpp builds: shared, stripped, static
-(built with -fcf-protection)."""
+(built with -fcf-protection), cross-compiled for arm64 (with and without branch protection)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.capture import x86
+from profinfer_perfetto.capture import arm64, x86
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import read_ggml_info
 from profinfer_perfetto.capture.target import objects_of_command, plan_probes
@@ -79,6 +79,34 @@ def test_static_build_names_equal_the_shared_library_s(llama: Callable[..., Path
     op = static.symbols["ggml_cpu_extra_compute_forward"].vaddr
     assert static.read(op, 4) == x86.ENDBR64
     assert [p.offset for p in plan.probes if p.fn == "op_begin"] == [static.file_offset(op + 4)]
+
+
+@pytest.mark.parametrize("build", ["arm64", "arm64-bti"])
+def test_arm64_builds_are_probed_where_the_kernel_simulates(llama: Callable[..., Path],
+                                                           build: str) -> None:
+    """The op function's entry (`stp x29, x30, [sp, #-N]!`, after `bti c`/`paciasp` with
+    branch protection) is single-stepped: its BL in the node loop is probed instead, and so are
+    the barriers' BLs; entry probes go past a landing pad, uretprobes stay before it."""
+    bin_dir = llama("llama-completion", build).parent
+    plan = plan_probes([bin_dir / f"{lib}.so.0" for lib in ("libggml-base", "libggml-cpu",
+                                                             "libllama")])
+    fns = _fns(plan)
+    assert fns["op_begin"] == 1 and fns["fused_op_begin"] == 1 and fns["barrier_enter"] >= 2
+    assert fns["decode_begin"] == fns["process_begin"] == 1 and fns["token_end"] == 3
+    assert plan.notes == () and plan.arch == "arm64"
+    for probe in plan.probes:
+        elf = ElfFile(probe.path)
+        symbol = elf.symbols.get(probe.where)
+        at = elf.read(symbol.vaddr, 4) if symbol is not None else b""
+        if probe.where.startswith("call "):
+            site = int(probe.where.rsplit(" ", 1)[1], 16)
+            assert int.from_bytes(elf.read(site, 4), "little") >> 26 == 0b100101  # BL
+            assert elf.file_offset(site) == probe.offset
+        elif probe.ret or arm64.ARCH.decode(at, 0)[0].text not in ("bti c", "paciasp"):
+            assert probe.offset == elf.file_offset(symbol.vaddr)  # type: ignore[union-attr]
+        else:
+            assert build == "arm64-bti"
+            assert probe.offset == elf.file_offset(symbol.vaddr + 4)  # type: ignore[union-attr]
 
 
 def test_a_binary_without_the_runtime_is_refused() -> None:

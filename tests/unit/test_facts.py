@@ -121,7 +121,7 @@ def test_an_op_function_whose_entry_is_single_stepped_is_probed_at_its_calls(
         (op,) = [p for p in plan_probes([lib]).probes if p.fn == "op_begin"]
         assert op.where.startswith("call ggml_cpu_extra_compute_forward at ")
         call = elf.read(int(op.where.rsplit(" ", 1)[1], 16), 16)
-        assert not x86.single_stepped(call, 0) and call[0] == 0xE8
+        assert not x86.ARCH.single_stepped(call, 0) and call[0] == 0xE8
 
 
 def test_a_single_stepped_op_entry_with_no_call_to_probe_is_noted(tmp_path: Path, marker: Path,
@@ -142,16 +142,16 @@ def test_a_single_stepped_op_entry_with_no_call_to_probe_is_noted(tmp_path: Path
 def test_which_probed_instructions_the_kernel_single_steps() -> None:
     emulated = ["55", "4155", "e800000000", "7500", "0f8500000000", "eb00", "90"]
     stepped = ["f30f1efa", "4889f8", "8b4660", "ff1500000000", "ffd0", "6a01", "c3"]
-    assert not any(x86.single_stepped(bytes.fromhex(c), 0x1000) for c in emulated)
-    assert all(x86.single_stepped(bytes.fromhex(c), 0x1000) for c in stepped)
+    assert not any(x86.ARCH.single_stepped(bytes.fromhex(c), 0x1000) for c in emulated)
+    assert all(x86.ARCH.single_stepped(bytes.fromhex(c), 0x1000) for c in stepped)
 
 
 def test_a_probe_stays_on_endbr64_where_a_jump_lands_past_it() -> None:
     endbr_then_push = x86.ENDBR64 + bytes.fromhex("55c3")  # push %rbp; ret
     loop = x86.ENDBR64 + bytes.fromhex("ffcf75fcc3")  # 1: dec %edi; jne 1b; ret
-    assert x86.entry_probe_address(endbr_then_push, 0x1000) == 0x1004
-    assert x86.entry_probe_address(loop, 0x1000) == 0x1000
-    assert x86.entry_probe_address(bytes.fromhex("55c3"), 0x1000) == 0x1000
+    assert x86.ARCH.entry_probe_address(endbr_then_push, 0x1000) == 0x1004
+    assert x86.ARCH.entry_probe_address(loop, 0x1000) == 0x1000
+    assert x86.ARCH.entry_probe_address(bytes.fromhex("55c3"), 0x1000) == 0x1000
 
 
 def _refused(path: Path, expected: str) -> None:
