@@ -39,6 +39,42 @@ def matrix(session: nox.Session) -> None:
                 "tests/integration/test_matrix.py", *session.posargs)
 
 
+GUEST_TESTS = (
+    "tests/integration/test_record.py::test_record_a_generation[2]",
+    "tests/integration/test_routing.py::test_expert_ids_are_the_ones_llama_cpp_computed"
+    "[tiny-qwen3moe]",
+    "tests/integration/test_pmu.py",
+)
+"""What runs in an emulated machine: a 2-thread tiny-llama generation against bpftrace's op
+count in the same guest, tiny-qwen3moe's expert ids against llama-eval-callback's, and the
+hardware counters per op against perf stat (where the machine has Arm's PMU)."""
+
+
+def _in_guest(session: nox.Session, arch: str, kernel: str, build: str) -> None:
+    """GUEST_TESTS on llama.cpp build `build`, as root in an emulated `arch` machine that boots
+    Debian's `kernel` (scripts/guest.sh)."""
+    session.run("bash", "scripts/guest.sh", arch, kernel, "--", "env",
+                f"PROFINFER_LLAMA_BUILD={build}", "python3", "-m", "pytest", "-q", "-p",
+                "no:cacheprovider", *GUEST_TESTS, *session.posargs, external=True)
+
+
+@nox.session
+def arm64(session: nox.Session) -> None:
+    """The record tests on both arm64 builds (plain, and with BTI and PAC) in an emulated arm64
+    machine under Debian's 6.1 and 6.12 kernels (as root, after scripts/setup.sh)."""
+    for build in ("arm64", "arm64-bti"):
+        for kernel in ("6.1", "6.12"):
+            _in_guest(session, "arm64", kernel, build)
+
+
+@nox.session
+def kernels(session: nox.Session) -> None:
+    """The record tests on the clang build (x86-64-v3, which an emulated CPU runs) in an
+    emulated x86-64 machine under Debian's 5.10, 6.1 and 6.12 kernels."""
+    for kernel in ("5.10", "6.1", "6.12"):
+        _in_guest(session, "x86_64", kernel, "clang")
+
+
 @nox.session
 def protos(session: nox.Session) -> None:
     """Regenerate the Python module of protos/profinfer_trace.proto."""

@@ -87,9 +87,25 @@ def start_recorder(out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_record_a_generation(cli: Cli, llama: Callable[..., Path],
                              model: Callable[[str], Path], tmp_path: Path, threads: int) -> None:
+    check_a_generation(cli, llama, model, tmp_path, threads, BUILD)
+
+
+def test_record_a_clang_build_whose_cpu_backend_is_dlopened(
+        cli: Cli, llama: Callable[..., Path], model: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    """clang's code (tail calls, other registers), and libggml-cpu.so loaded by ggml itself
+    once the process runs (GGML_BACKEND_DL): the probes follow it there."""
+    check_a_generation(cli, llama, model, tmp_path, 2, "clang")
+
+
+def check_a_generation(cli: Cli, llama: Callable[..., Path], model: Callable[[str], Path],
+                       tmp_path: Path, threads: int, build: str) -> None:
     out = tmp_path / "run.pftrace"
-    bpftrace = BpftraceCount(llama("llama-completion").parent / "libggml-cpu.so.0", COUNTED)
-    result = cli("record", "-o", out, "--", *completion(llama, model("tiny-llama"), threads))
+    # the library's unversioned name: a link in the shared builds, the module ggml dlopens in
+    # a build with GGML_BACKEND_DL
+    bpftrace = BpftraceCount(llama("llama-completion", build).parent / "libggml-cpu.so", COUNTED)
+    result = cli("record", "-o", out, "--",
+                 *completion(llama, model("tiny-llama"), threads, build=build))
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
     assert "recorded llama-completion" in result.stdout and "ui.perfetto.dev" in result.stdout
