@@ -88,9 +88,41 @@ BLAS_CMAKE_FLAGS = ("-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS")
 """The "blas" build: the shared build with ggml's BLAS backend, on Debian's OpenBLAS."""
 
 
+ARM64_CMAKE_FLAGS = (
+    # The toolchain: Debian's cross compilers (gcc-aarch64-linux-gnu, g++-aarch64-linux-gnu),
+    # libraries and headers from /usr/aarch64-linux-gnu only, programs from the host.
+    "-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
+    "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc", "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
+    "-DCMAKE_FIND_ROOT_PATH=/usr/aarch64-linux-gnu", "-DCMAKE_FIND_ROOT_PATH_MODE_PROGRAM=NEVER",
+    "-DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY", "-DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY",
+    "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=ONLY",
+    # An RK3588's CPU (Cortex-A76/A55): ggml's CPU backend built for armv8.2-a with dotprod.
+    "-DGGML_NATIVE=OFF", "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod")
+"""The "arm64" and "arm64-bti" builds: shared (OpenMP, libggml-cpu.so in bin/), cross-compiled
+for linux/aarch64, for reading aarch64 code here (they do not run on this machine)."""
+ARM64_BTI_FLAGS = "-mbranch-protection=standard"
+"""The "arm64-bti" build's CFLAGS and CXXFLAGS: every function starts with `bti c` or
+`paciasp`, as distributions build arm64 code (BTI and PAC)."""
+CLANG_CMAKE_FLAGS = (
+    "-DCMAKE_C_COMPILER=clang", "-DCMAKE_CXX_COMPILER=clang++", "-DGGML_BACKEND_DL=ON",
+    # GGML_BACKEND_DL refuses GGML_NATIVE on x86 (its CPU backend checks the CPU's features at
+    # load time), and GGML_CPU_ALL_VARIANTS builds a dozen CPU backends: one, for x86-64-v3.
+    "-DGGML_NATIVE=OFF", "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON",
+    "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+    # Debian's clang has no OpenMP runtime without libomp-dev: ggml's own threads, always.
+    "-DGGML_OPENMP=OFF")
+"""The "clang" build: shared, made by Debian's clang, with the CPU backend a module
+(bin/libggml-cpu.so) that ggml dlopens at run time (GGML_BACKEND_DL), without OpenMP."""
+
+
+OTHER_BUILDS = ("arm64", "arm64-bti", "clang")
+"""The builds of another compiler or architecture than the gcc x86-64 ones: the same source."""
+
+
 def bin_dir(build: str = "shared") -> Path:
-    """The tools of a build: "shared" (libggml-*.so beside them), "static" (one executable) or
-    "blas" (shared, with the BLAS backend)."""
+    """The tools of a build: "shared" (libggml-*.so beside them), "static" (one executable),
+    "blas" (shared, with the BLAS backend), "arm64" and "arm64-bti" (shared, for aarch64) or
+    "clang" (shared, libggml-cpu.so dlopened)."""
     return LLAMA_DIR / f"build-{build}" / "bin"
 
 
@@ -114,13 +146,16 @@ def variables() -> dict[str, Path | str]:
         "MODELS": MODELS,
         "LLAMA_CMAKE_FLAGS": " ".join(VERSIONS[LLAMA_CPP_PYTHON_VERSION].cmake_flags),
         "LLAMA_BLAS_CMAKE_FLAGS": " ".join(BLAS_CMAKE_FLAGS),
+        "LLAMA_ARM64_CMAKE_FLAGS": " ".join(ARM64_CMAKE_FLAGS),
+        "LLAMA_ARM64_BTI_FLAGS": ARM64_BTI_FLAGS,
+        "LLAMA_CLANG_CMAKE_FLAGS": " ".join(CLANG_CMAKE_FLAGS),
         "LLAMA_OLD_VERSION": OLD_VERSION,
         "LLAMA_OLD_DIR": VERSIONS[OLD_VERSION].dir,
         "LLAMA_OLD_TOOL": VERSIONS[OLD_VERSION].tool,
         "LLAMA_OLD_CMAKE_FLAGS": " ".join(VERSIONS[OLD_VERSION].cmake_flags),
     }
-    for build in ("shared", "static", "blas"):
-        out[f"LLAMA_{build.upper()}_BIN"] = bin_dir(build)
+    for build in ("shared", "static", "blas", "arm64", "arm64-bti", "clang"):
+        out[f"LLAMA_{build.upper().replace('-', '_')}_BIN"] = bin_dir(build)
     for name in ("tiny-llama", "tiny-qwen3moe", "tiny-mixtral", "medium-llama",
                  "medium-qwen3moe", "gemma-3-270m"):
         out["MODEL_" + name.upper().replace("-", "_")] = model(name)

@@ -1,7 +1,9 @@
 """What a small function does with its arguments, found by following values through its code.
 
-One pass over the instructions in address order (branches are not followed: ggml's accessors
-are a few straight lines), each register holding a symbolic value: an argument as it came in,
+One pass over the instructions in address order (ggml's accessors are a few straight lines;
+where a forward branch lands, a register that the code on the way lost, say to a call of
+ggml_abort that never returns, gets back the value it had at the branch), each register
+holding a symbolic value: an argument as it came in,
 what the latest call returned, a value loaded from a field, or a number (`coef` times the index
 argument plus a constant, which is how a table is indexed). The facts come out as events: a
 field read, written, compared or OR'ed; a value compared with a constant; the value returned.
@@ -84,6 +86,8 @@ class Access:
     kind: Kind
     imm: int | None
     """The constant compared, stored or OR'ed, if any."""
+    stored: Value | None = None
+    """What a store writes."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,8 @@ class _Evaluator:
         self.events: list[Event] = []
         self.origin: dict[str, Insn] = {}
         """The instruction that last wrote each register."""
+        self.branched: dict[int, dict[str, Value]] = {}
+        """The registers at the first forward branch to each address."""
 
     def reg(self, name: str) -> Value:
         return self.regs.get(name, _NOTHING)
@@ -175,11 +181,12 @@ class _Evaluator:
         index = _scale(self.reg(mem.index), mem.scale) if mem.index else Value()
         return _add(_add(base, index), Value(None, 0, mem.disp))
 
-    def access(self, insn: Insn, mem: Mem, kind: Kind, imm: int | None) -> Value:
+    def access(self, insn: Insn, mem: Mem, kind: Kind, imm: int | None,
+               stored: Value | None = None) -> Value:
         """Note an access to `mem` (a field, an indexed element); its address."""
         at = self.address(mem)
         if at.base not in (None, _UNKNOWN, _LOADED) and not at.coef:
-            self.events.append(Access(insn, str(at.base), at.const, mem.size, kind, imm))
+            self.events.append(Access(insn, str(at.base), at.const, mem.size, kind, imm, stored))
         elif at.coef and at.base in (None, _LOADED):
             self.events.append(Indexed(insn, at.base == _LOADED, at.coef, at.const))
         elif at.number is not None and kind is Kind.LOAD:
@@ -219,7 +226,7 @@ class _Evaluator:
         at = self.address(effect.mem)
         ored = value.ored is not None and value.field == (at.base, at.const)
         kind, imm = (Kind.OR, value.ored) if ored else (Kind.STORE, value.number)
-        self.access(insn, effect.mem, kind, imm)
+        self.access(insn, effect.mem, kind, imm, value)
 
     def compare(self, insn: Insn, effect: Compare) -> None:
         left, right = self.value(insn, effect.left), self.value(insn, effect.right)
@@ -235,7 +242,17 @@ class _Evaluator:
         else:
             self.events.append(Compared(insn, left, right.number))
 
+    def join(self, insn: Insn) -> None:
+        """Where a forward branch lands: what is unknown here is what it was there."""
+        for reg, value in self.branched.pop(insn.address, {}).items():
+            if self.reg(reg) == _NOTHING:
+                self.regs[reg] = value
+        if insn.flow in (Flow.BRANCH, Flow.JUMP) and insn.target is not None \
+                and insn.target > insn.address:
+            self.branched.setdefault(insn.target, dict(self.regs))
+
     def step(self, insn: Insn) -> None:
+        self.join(insn)
         sets: list[tuple[str, Value]] = []
         for effect in insn.effects:
             if isinstance(effect, Set):

@@ -145,11 +145,6 @@ class ElfFile:
         """The sized symbol that starts at `vaddr` (a `.symtab` one in an unstripped file)."""
         return self._by_address.get(vaddr)
 
-    def code(self, symbol: str, limit: int = 512) -> bytes:
-        """The first bytes of a function, up to its size (from its symbol) or `limit`."""
-        sym = self.symbols[symbol]
-        return self.read(sym.vaddr, min(sym.size or limit, limit))
-
     @cached_property
     def build_id(self) -> str:
         """The GNU build-id note in hex, or "" if the file has none."""

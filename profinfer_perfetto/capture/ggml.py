@@ -268,9 +268,11 @@ def _src(r: _Reader, op: int) -> tuple[int, int]:
                       "store GGML_OP_ADD in the tensor it makes",
                       lambda a: a.kind is Kind.STORE and a.imm is not None and a.offset == op)
     r.fact("GGML_OP_ADD", add.imm or 0, fn.where(add.insn))
-    # a pointer, or two stored as one (clang merges the stores of src[0] and src[1])
+    # src[0] = a, the first tensor argument (clang's inlined ggml_view_tensor copies other
+    # fields into the new tensor first)
+    a = dataflow.Value(arg(1))
     src = _offset(r, "tensor.src", "ggml_add", "store its operands in the new tensor's src",
-                  RETURNED, lambda a: a.kind is Kind.STORE and a.imm is None and a.size in (8, 16))
+                  RETURNED, lambda x: x.kind is Kind.STORE and x.stored == a)
     return src, add.imm or 0
 
 

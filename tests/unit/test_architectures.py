@@ -13,10 +13,10 @@ import pytest
 
 from profinfer_perfetto.capture import arm64, x86
 from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import RuntimeLayout, read_ggml_info
+from profinfer_perfetto.capture.ggml import read_ggml_info
 from profinfer_perfetto.capture.target import plan_probes
 from profinfer_perfetto.errors import ProfinferError
-from tests.unit.test_facts import FAKE_LAYOUT, FIXTURE
+from tests.unit.test_facts import FIXTURE, assert_the_fake_s_facts
 
 COMPILERS = {
     "gcc-x86-64": ("gcc",),
@@ -55,14 +55,7 @@ def _stripped(lib: Path) -> Path:
 def test_every_compiler_gives_the_same_facts(tmp_path: Path, name: str) -> None:
     lib = build(tmp_path, name)
     info = read_ggml_info([ElfFile(lib)])
-    assert info.layout == FAKE_LAYOUT
-    assert info.runtime == RuntimeLayout(cgraph_n_nodes=8, cplan_n_threads=24,
-                                         batch_ext_tokens=72, batch_ext_token_size=40)
-    assert info.ops == ("NONE", "DUP", "ADD", "MUL", "UNARY", "GLU")
-    assert info.unary_ops == ("ABS", "SGN", "NEG") and info.glu_ops == ("REGLU", "GEGLU")
-    assert info.types == ("f32", "f16", "q4_0")
-    assert info.type_sizes == ((1, 4), (1, 2), (32, 18))
-    assert (info.version, info.commit) == ("9.9.9-fake", "fake")
+    assert_the_fake_s_facts(info)
     stripped = read_ggml_info([ElfFile(_stripped(lib))])
     assert replace(stripped, sources=()) == replace(info, sources=())
 

@@ -13,7 +13,7 @@ import pytest
 
 from profinfer_perfetto.capture import x86
 from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import RuntimeLayout, TensorLayout, read_ggml_info
+from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout, read_ggml_info
 from profinfer_perfetto.capture.target import plan_probes
 from profinfer_perfetto.errors import ProfinferError
 from tests.conftest import Cli
@@ -56,8 +56,8 @@ def _stripped(lib: Path) -> Path:
     return copy
 
 
-def test_facts_come_from_the_code_and_nothing_is_loaded(fake: Path, marker: Path) -> None:
-    info = read_ggml_info([ElfFile(fake)])
+def assert_the_fake_s_facts(info: GgmlInfo) -> None:
+    """What tests/fixtures/fake_ggml.c declares, whoever compiled it."""
     assert info.layout == FAKE_LAYOUT
     assert info.runtime == RuntimeLayout(cgraph_n_nodes=8, cplan_n_threads=24,
                                          batch_ext_tokens=72, batch_ext_token_size=40)
@@ -66,6 +66,11 @@ def test_facts_come_from_the_code_and_nothing_is_loaded(fake: Path, marker: Path
     assert info.types == ("f32", "f16", "q4_0")
     assert info.type_sizes == ((1, 4), (1, 2), (32, 18))
     assert (info.version, info.commit) == ("9.9.9-fake", "fake") and len(info.build_id) == 40
+
+
+def test_facts_come_from_the_code_and_nothing_is_loaded(fake: Path, marker: Path) -> None:
+    info = read_ggml_info([ElfFile(fake)])
+    assert_the_fake_s_facts(info)
     how = {s.fact: s.how for s in info.sources}
     assert how["tensor.name"].startswith("ggml_get_name in libfake-ggml.so: `leaq 0xf0(%rdi)")
     assert how["ops count"].startswith(".symtab: GGML_OP_NAME is 48 bytes")
