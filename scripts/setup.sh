@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Set up a Debian 12 machine (as root) for profinfer-perfetto, idempotently:
-#   1. Debian packages: BCC, kernel headers, bpftrace, binutils, a C++ toolchain, graphviz,
-#      OpenBLAS
+#   1. Debian packages: BCC, kernel headers, bpftrace, binutils, C++ toolchains (g++, clang,
+#      and g++ for aarch64), graphviz, OpenBLAS, qemu and what scripts/guest.sh builds its
+#      emulated machines with (it builds and caches them when first asked)
 #   2. what BCC needs at run time: the headers link for the running kernel, tracefs
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared, static and BLAS builds, and an
-#      older version's shared build for the version matrix (cached); the sdist's wheel in a
-#      venv of its own (llama.cpp loaded by Python)
+#      older version's shared build for the version matrix, and three more shared builds of the
+#      current version: for arm64 (cross-compiled, plain and with BTI/PAC) and made with clang
+#      with the CPU backend dlopened (cached); the sdist's wheel in a venv of its own (llama.cpp
+#      loaded by Python)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
 #   6. trace_processor: the perfetto API's pinned binary, where a network allows (cached)
 # Slow steps are cached under $PROFINFER_CACHE (see scripts/assets.py).
@@ -16,7 +19,10 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # 1. Debian packages (only when one is missing).
 packages=(bpfcc-tools python3-bpfcc python3-venv linux-headers-amd64 bpftrace binutils
-          cmake g++ make libgomp1 ca-certificates numactl graphviz libopenblas-dev)
+          cmake g++ make libgomp1 ca-certificates numactl graphviz libopenblas-dev clang
+          gcc-aarch64-linux-gnu g++-aarch64-linux-gnu binutils-aarch64-linux-gnu
+          qemu-system-arm qemu-system-x86 cpio xz-utils zstd e2fsprogs util-linux
+          debian-archive-keyring)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -99,6 +105,16 @@ build_llama "$LLAMA_DIR" blas ON "$LLAMA_CMAKE_FLAGS $LLAMA_BLAS_CMAKE_FLAGS" 0 
 fetch_llama "$LLAMA_OLD_VERSION" "$LLAMA_OLD_DIR"
 build_llama "$LLAMA_OLD_DIR" shared ON "$LLAMA_OLD_CMAKE_FLAGS" 19 2 \
     "$LLAMA_OLD_TOOL" llama-bench
+# The current version cross-compiled for an RK3588's arm64 (its code is read here, and it runs
+# in scripts/guest.sh's emulated arm64 machine), without the x86 flags above: plain, and as distributions build for arm64 (BTI and
+# PAC); and made with clang, with the CPU backend a module that ggml dlopens. Niced too.
+CFLAGS="" CXXFLAGS="" build_llama "$LLAMA_DIR" arm64 ON \
+    "$LLAMA_CMAKE_FLAGS $LLAMA_ARM64_CMAKE_FLAGS" 19 2 llama-completion llama-eval-callback
+CFLAGS="$LLAMA_ARM64_BTI_FLAGS" CXXFLAGS="$LLAMA_ARM64_BTI_FLAGS" build_llama "$LLAMA_DIR" \
+    arm64-bti ON "$LLAMA_CMAKE_FLAGS $LLAMA_ARM64_CMAKE_FLAGS" 19 2 \
+    llama-completion llama-eval-callback
+build_llama "$LLAMA_DIR" clang ON "$LLAMA_CMAKE_FLAGS $LLAMA_CLANG_CMAKE_FLAGS" 19 2 \
+    llama-completion llama-eval-callback
 
 # 4b. llama-cpp-python's wheel from the same sdist, in a venv of its own: llama.cpp as Python
 #     programs load it (ctypes dlopen), for the tests of `record -- python ...`.

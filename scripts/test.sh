@@ -15,4 +15,4 @@ if [ -z "${PROFINFER_TP_BIN:-}" ]; then
 fi
 export PROFINFER_TP_BIN
 echo "== trace_processor for the tests: ${PROFINFER_TP_BIN:-none (builtin engine only)}" >&2
-exec .venv/bin/nox -s lint tests
+exec .venv/bin/nox -s lint tests guest
