@@ -15,7 +15,12 @@ from scripts import assets
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def run_cli(*args: str | Path, timeout: float = 300, user: str | None = None,
+TIMEOUT = float(os.environ.get("PROFINFER_TEST_TIMEOUT", "300"))
+"""Seconds a CLI run may take before the test fails (longer in an emulated machine, where BCC
+alone compiles the probes for minutes)."""
+
+
+def run_cli(*args: str | Path, timeout: float = TIMEOUT, user: str | None = None,
             cpu: int | None = None) -> subprocess.CompletedProcess[str]:
     """`profinfer-perfetto ARGS` in a subprocess, as an end user runs it (pinned to `cpu`, with
     what it launches, when given)."""

@@ -58,9 +58,10 @@ def test_cycles_per_op_add_up_to_no_more_than_perf_stat_s(
     if perf is None:
         pytest.fail("perf is missing (the guest image has Debian's linux-perf)")
     out, stat = tmp_path / "pmu.pftrace", tmp_path / "stat.csv"
+    # an emulated machine may take longer than record's 30 s to start perf, then llama.cpp
     result = cli("record", "--counter", "cycles", "--counter", NAMED, "--counter", RAW,
-                 "-o", out, "--", perf, "stat", "-e", "cycles", "-x", ",", "-o", stat, "--",
-                 *completion(llama, model("tiny-llama"), 1, n=4))
+                 "--duration", "900", "-o", out, "--", perf, "stat", "-e", "cycles", "-x", ",",
+                 "-o", stat, "--", *completion(llama, model("tiny-llama"), 1, n=4))
     assert result.returncode == 0, result.stderr
     totals = _totals(out)
     assert totals["cycles"] > 0 and totals[RAW] > 0

@@ -95,18 +95,22 @@ def test_record_a_clang_build_whose_cpu_backend_is_dlopened(
         tmp_path: Path) -> None:
     """clang's code (tail calls, other registers), and libggml-cpu.so loaded by ggml itself
     once the process runs (GGML_BACKEND_DL): the probes follow it there."""
-    check_a_generation(cli, llama, model, tmp_path, 2, "clang", barriers=False)
+    check_a_generation(cli, llama, model, tmp_path, 2, "clang", barriers=False,
+                       wait=("--duration", "900"))
 
 
 def check_a_generation(cli: Cli, llama: Callable[..., Path], model: Callable[[str], Path],
-                       tmp_path: Path, threads: int, build: str, barriers: bool = True) -> None:
+                       tmp_path: Path, threads: int, build: str, barriers: bool = True,
+                       wait: tuple[str, ...] = ()) -> None:
     """With `barriers` False, the build's graph loop has ggml_barrier inlined (clang does):
-    nothing ends an op before the next starts, and the record slice says so."""
+    nothing ends an op before the next starts, and the record slice says so. `wait`: options
+    for a runtime that ggml dlopens, which an emulated machine may take longer than record's
+    30 s to reach."""
     out = tmp_path / "run.pftrace"
     # the library's unversioned name: a link in the shared builds, the module ggml dlopens in
     # a build with GGML_BACKEND_DL
     bpftrace = BpftraceCount(llama("llama-completion", build).parent / "libggml-cpu.so", COUNTED)
-    result = cli("record", "-o", out, "--",
+    result = cli("record", *wait, "-o", out, "--",
                  *completion(llama, model("tiny-llama"), threads, build=build))
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
