@@ -136,6 +136,13 @@ def _flow(i: capstone.CsInsn) -> tuple[Flow, int | None]:
     return Flow.NEXT, None
 
 
+def _disassembler() -> capstone.Cs:
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.detail = True
+    md.syntax = capstone.CS_OPT_SYNTAX_ATT
+    return md
+
+
 class X86_64:
     """The x86-64 System V ABI and Linux's x86 uprobes."""
 
@@ -145,11 +152,8 @@ class X86_64:
     call_clobbers = frozenset({"rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"})
 
     def decode(self, code: bytes, address: int) -> list[Insn]:
-        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        md.detail = True
-        md.syntax = capstone.CS_OPT_SYNTAX_ATT
         out = []
-        for i in md.disasm(code, address):
+        for i in _disassembler().disasm(code, address):
             flow, target = _flow(i)
             out.append(Insn(i.address, f"{i.mnemonic} {i.op_str}".strip(), i.size, _effects(i),
                             flow, target))
@@ -160,9 +164,7 @@ class X86_64:
         too) and a nop in the kernel; any other probed instruction is copied out of line and
         single-stepped, a second exception on every hit (on this project's nested VM a probe
         hit costs 1.1 us on a push and 14 us on endbr64 or a mov)."""
-        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        md.detail = True
-        first = next(md.disasm(code[:16], address), None)
+        first = next(_disassembler().disasm(code[:16], address), None)
         if first is None:
             return True
         ops = first.operands
@@ -175,8 +177,7 @@ class X86_64:
     def refused(self, code: bytes, address: int) -> bool:
         """Only bytes that are no instruction: the entries and direct calls probed here are
         instructions x86 uprobes take (they refuse far calls, int3 and a few prefixes)."""
-        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        return next(md.disasm_lite(code[:16], address), None) is None
+        return next(_disassembler().disasm_lite(code[:16], address), None) is None
 
     def entry_probe_address(self, code: bytes, address: int) -> int:
         """Past a leading endbr64 (single-stepped), unless a jump in the function lands
