@@ -173,17 +173,18 @@ class ElfFile:
         return self._data[offset : offset + size]
 
     @cached_property
+    def _relocations(self) -> list[tuple[int, int, int]]:
+        """(r_offset, r_info, r_addend) of every entry of every RELA section."""
+        return [struct.unpack_from("<QQq", self._data, pos) for sec in self._sections
+                if sec[1] == _SHT_RELA for pos in range(sec[4], sec[4] + sec[5], 24)]
+
+    @cached_property
     def _relative_relocations(self) -> dict[int, int]:
         """Where the loader writes `base + addend` (pointers in position-independent code)."""
         out: dict[int, int] = {}
-        for sec in self._sections:
-            if sec[1] != _SHT_RELA:
-                continue
-            offset, size = sec[4], sec[5]
-            for pos in range(offset, offset + size, 24):
-                r_offset, r_info, r_addend = struct.unpack_from("<QQq", self._data, pos)
-                if (r_info & 0xFFFFFFFF) in (_R_X86_64_RELATIVE, _R_AARCH64_RELATIVE):
-                    out[r_offset] = r_addend
+        for r_offset, r_info, r_addend in self._relocations:
+            if (r_info & 0xFFFFFFFF) in (_R_X86_64_RELATIVE, _R_AARCH64_RELATIVE):
+                out[r_offset] = r_addend
         return out
 
     def relocated_pointer(self, vaddr: int) -> int | None:
@@ -241,14 +242,10 @@ class ElfFile:
     def jump_slots(self) -> dict[int, str]:
         """The GOT slots the PLT's stubs jump through, and the function each is for."""
         out: dict[int, str] = {}
-        for sec in self._sections:
-            if sec[1] != _SHT_RELA:
-                continue
-            for pos in range(sec[4], sec[4] + sec[5], 24):
-                r_offset, r_info, _ = struct.unpack_from("<QQq", self._data, pos)
-                index = r_info >> 32
-                if (r_info & 0xFFFFFFFF) in _JUMP_SLOTS and index < len(self._dynamic_names):
-                    out[r_offset] = self._dynamic_names[index]
+        for r_offset, r_info, _ in self._relocations:
+            index = r_info >> 32
+            if (r_info & 0xFFFFFFFF) in _JUMP_SLOTS and index < len(self._dynamic_names):
+                out[r_offset] = self._dynamic_names[index]
         return out
 
     @cached_property
