@@ -573,9 +573,8 @@ int fused_op_begin(struct pt_regs *ctx) {
                     (const void *)PT_REGS_PARM3(ctx));
 }
 
-// A call of ggml_barrier in the graph loop function. Ops inlined there have barriers of their
-// own, so user space takes the last barrier before a thread's next op as the end of its share.
-int barrier_enter(struct pt_regs *ctx) {
+// A thread reaches a barrier (`kind`): nothing for an op the --ops filter left out.
+static __always_inline int at_barrier(u8 kind) {
     if (FLOOR || !tracing())
         return 0;
 #if OP_FILTER
@@ -584,17 +583,36 @@ int barrier_enter(struct pt_regs *ctx) {
     if (skipped && *skipped)
         return 0;
 #endif
+    struct event *e = begin_event(kind);
+    if (e)
+        submit(e);
+    return 0;
+}
+
+// A call of ggml_barrier in the graph loop function. Ops inlined there have barriers of their
+// own, so user space takes the last barrier before a thread's next op as the end of its share.
+int barrier_enter(struct pt_regs *ctx) {
 #if AGGREGATE
+    if (FLOOR || !tracing())
+        return 0;
     u32 me = (u32)bpf_get_current_pid_tgid();
     struct op_share *cur = current_op.lookup(&me);
     if (cur)
         cur->barrier = bpf_ktime_get_boot_ns();
     return 0;
 #endif
-    struct event *e = begin_event(EV_BARRIER);
-    if (e)
-        submit(e);
-    return 0;
+    return at_barrier(EV_BARRIER);
+}
+
+// A call of ggml_barrier inside an op's own function, and the instruction it returns to: the
+// thread's wait for the others within the op (not attached with --aggregate, which counts it
+// as the op's work).
+int inner_wait_begin(struct pt_regs *ctx) {
+    return at_barrier(EV_INNER_WAIT_BEGIN);
+}
+
+int inner_wait_end(struct pt_regs *ctx) {
+    return at_barrier(EV_INNER_WAIT_END);
 }
 
 #if !AGGREGATE

@@ -50,6 +50,9 @@ printf 'clone=%q\ncache=%q\n' "$clone" "$cache" >"$run/env"
     for v in PROFINFER_CACHE PROFINFER_TP_BIN; do
         [ -z "${!v+x}" ] || printf 'export %s=%q\n' "$v" "${!v}"
     done
+    # qemu 7.2's TCG emulates some AVX2 code wrongly: numpy's AVX2 argsort (np.unique's)
+    # returned a wrong order there, which lost ops; numpy's baseline (SSE) code is right.
+    [ "$arch" != x86_64 ] || echo 'export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"'
     printf 'exec'; printf ' %q' "$@"; echo
 } >"$run/cmd"
 

@@ -197,10 +197,11 @@ class Arm64:
         which must happen before `paciasp` signs x30."""
         return address
 
-    def calls_to(self, code: bytes, address: int, targets: frozenset[int]) -> list[int]:
-        """Every aligned BL whose offset lands on a target."""
+    def calls_to(self, code: bytes, address: int, targets: frozenset[int],
+                 tail: bool = False) -> list[int]:
+        """Every aligned BL (`tail`: and B) whose offset lands on a target."""
         words = np.frombuffer(code[: len(code) // 4 * 4], dtype="<u4")
-        at = np.flatnonzero((words >> 26) == 0b100101)
+        at = np.flatnonzero(((words >> 26) == 0b100101) | (tail & ((words >> 26) == 0b000101)))
         imm = (words[at] & 0x3FFFFFF).astype(np.int64)
         imm -= (imm >= 1 << 25) * (1 << 26)
         dest = address + at * 4 + imm * 4

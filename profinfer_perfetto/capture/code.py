@@ -97,32 +97,63 @@ def plt_stubs(elf: ElfFile, arch: Arch) -> dict[str, int]:
     return out
 
 
-def call_sites(elf: ElfFile, caller_calls: str, callees: tuple[str, ...]) -> dict[str, list[int]]:
-    """Addresses of direct calls to each of `callees` (to the function, or to its PLT stub) in
-    every function that calls `caller_calls`, functions bounded by their `.eh_frame` entries."""
-    arch = arch_of(elf)
-    stubs = plt_stubs(elf, arch)
+def _targets(elf: ElfFile, stubs: dict[str, int], name: str) -> set[int]:
+    """Where a direct call of function `name` goes: the function, or its PLT stub."""
+    found = {stubs[name]} if name in stubs else set()
+    return found | ({elf.symbols[name].vaddr} if name in elf.symbols else set())
 
-    def targets(name: str) -> set[int]:
-        found = {stubs[name]} if name in stubs else set()
-        return found | ({elf.symbols[name].vaddr} if name in elf.symbols else set())
 
-    wanted = {t: name for name in (caller_calls, *callees) for t in targets(name)}
+def _functions_calling(elf: ElfFile, arch: Arch, targets: frozenset[int], tail: bool = False
+                       ) -> list[tuple[int, int]]:
+    """The functions (bounded by their `.eh_frame` entries) with a direct call to `targets`
+    (`tail`: or a jump)."""
     ranges = elf.function_ranges
     starts = [r[0] for r in ranges]
     callers: set[tuple[int, int]] = set()
     for address, code in elf.executable_sections():
-        for site in arch.calls_to(code, address, frozenset(targets(caller_calls))):
+        for site in arch.calls_to(code, address, targets, tail):
             k = bisect.bisect_right(starts, site) - 1
             if k >= 0 and site < ranges[k][1]:
                 callers.add(ranges[k])
+    return sorted(callers)
+
+
+def _calls(elf: ElfFile, arch: Arch, function: tuple[int, int],
+           flows: tuple[Flow, ...] = (Flow.CALL,)) -> list[Insn]:
+    """The direct calls (or other `flows`) in a function."""
+    start, end = function
+    return [i for i in arch.decode(elf.read(start, end - start), start)
+            if i.flow in flows and i.target is not None]
+
+
+def call_sites(elf: ElfFile, caller_calls: str, callees: tuple[str, ...]) -> dict[str, list[int]]:
+    """Addresses of direct calls to each of `callees` (to the function, or to its PLT stub) in
+    every function that calls `caller_calls`."""
+    arch = arch_of(elf)
+    stubs = plt_stubs(elf, arch)
+    wanted = {t: name for name in (caller_calls, *callees) for t in _targets(elf, stubs, name)}
     sites: dict[str, list[int]] = {c: [] for c in callees}
-    for start, end in sorted(callers):
-        calls = [(i.address, wanted[i.target]) for i in arch.decode(elf.read(start, end - start),
-                                                                    start)
-                 if i.flow is Flow.CALL and i.target in wanted]
+    callers = frozenset(_targets(elf, stubs, caller_calls))
+    for function in _functions_calling(elf, arch, callers):
+        calls = [(i.address, wanted[i.target]) for i in _calls(elf, arch, function)
+                 if i.target in wanted]
         if any(name == caller_calls for _, name in calls):
             for address, name in calls:
                 if name in sites:
                     sites[name].append(address)
     return sites
+
+
+def inner_calls(elf: ElfFile, callee: str, loop_calls: str) -> list[Insn]:
+    """The direct calls of `callee`, and the jumps to it (tail calls), in every function that
+    does not call `loop_calls`: a barrier inside an op's own function, not in the graph loop
+    that calls the ops."""
+    arch = arch_of(elf)
+    stubs = plt_stubs(elf, arch)
+    callee_at, loop_at = _targets(elf, stubs, callee), _targets(elf, stubs, loop_calls)
+    found: list[Insn] = []
+    for function in _functions_calling(elf, arch, frozenset(callee_at), tail=True):
+        branches = _calls(elf, arch, function, (Flow.CALL, Flow.JUMP))
+        if not any(i.flow is Flow.CALL and i.target in loop_at for i in branches):
+            found += [i for i in branches if i.target in callee_at]
+    return found

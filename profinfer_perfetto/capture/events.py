@@ -35,6 +35,11 @@ class Kind(IntEnum):
     """A MUL_MAT or OUT_PROD node of a BLAS graph split, sent (in order) as the split begins."""
     BLAS_CALL = 9
     """A return of cblas_sgemm: one plane of a BLAS node done."""
+    INNER_WAIT_BEGIN = 10
+    """A call of ggml_barrier inside an op (a matmul's, once its threads have converted their
+    share of the input): the thread waits for the others within the op."""
+    INNER_WAIT_END = 11
+    """That call's return."""
 
 
 class Backend(IntEnum):

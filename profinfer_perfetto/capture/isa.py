@@ -147,7 +147,9 @@ class Arch(Protocol):
         """Where a uretprobe of the function at `address` goes."""
         ...
 
-    def calls_to(self, code: bytes, address: int, targets: frozenset[int]) -> list[int]:
-        """Where in `code` (at `address`) a direct call to one of `targets` may be: candidates
-        found without decoding (each still to be checked by decoding its function)."""
+    def calls_to(self, code: bytes, address: int, targets: frozenset[int],
+                 tail: bool = False) -> list[int]:
+        """Where in `code` (at `address`) a direct call to one of `targets` (`tail`: or a jump,
+        a tail call) may be: candidates found without decoding (each still to be checked by
+        decoding its function)."""
         ...

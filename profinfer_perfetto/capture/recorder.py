@@ -48,7 +48,9 @@ RUNTIME_WAIT_S = 30.0
 WATCH_POLL_S = 0.05
 STEER_WAIT_S = 0.2
 """--detach: the longest the steering thread sleeps before it looks whether to stop."""
-OP_PROBES = frozenset({"op_begin", "fused_op_begin", "barrier_enter"})
+INNER_WAIT_PROBES = frozenset({"inner_wait_begin", "inner_wait_end"})
+BARRIER_PROBES = frozenset({"barrier_enter"}) | INNER_WAIT_PROBES
+OP_PROBES = frozenset({"op_begin", "fused_op_begin"}) | BARRIER_PROBES
 
 
 @dataclass
@@ -371,7 +373,11 @@ def _attach(session: ProbeSession, selection: Selection, probe_plan: ProbePlan,
 
 
 def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
-    return tuple(p for p in probe_plan.probes if selection.barriers or p.fn != "barrier_enter")
+    """The plan's probes that the selection keeps: no barriers with --no-barriers, no waits
+    inside ops with --aggregate (which counts them as the op's work)."""
+    return tuple(p for p in probe_plan.probes
+                 if (selection.barriers or p.fn not in BARRIER_PROBES)
+                 and not (selection.aggregate and p.fn in INNER_WAIT_PROBES))
 
 
 @dataclass

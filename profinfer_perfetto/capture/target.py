@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from profinfer_perfetto.capture.code import arch_of, call_sites
+from profinfer_perfetto.capture.code import arch_of, call_sites, inner_calls
 from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
+from profinfer_perfetto.capture.isa import Flow
 from profinfer_perfetto.errors import ProfinferError
 
 OP_SYMBOL = "ggml_cpu_extra_compute_forward"
@@ -183,6 +184,30 @@ def _op_probes(f: ElfFile, symbol: str, calls: list[int], notes: list[str]) -> l
     return [_site(f, "op_begin", a, f"call {symbol} at {a:#x}") for a in calls]
 
 
+def _inner_wait_probes(f: ElfFile, op_symbol: str, notes: list[str]) -> list[Probe]:
+    """Each call of ggml_barrier inside an op's own function (a matmul's threads wait there for
+    each other once they have converted the input) and the instruction it returns to. A tail
+    call (a jump: llamafile's tinyBLAS ends so) returns to another function: its wait ends
+    with the op's work. A call whose return the kernel would refuse to probe is left out, and
+    a note says so."""
+    arch = arch_of(f)
+    probes: list[Probe] = []
+    left_out = 0
+    for call in inner_calls(f, BARRIER_SYMBOLS[0], op_symbol):
+        where = f"{call.flow.value} {BARRIER_SYMBOLS[0]} at {call.address:#x}"
+        back = call.address + call.size
+        if call.flow is Flow.CALL and arch.refused(f.read(back, 16), back):
+            left_out += 1
+            continue
+        probes.append(_site(f, "inner_wait_begin", call.address, where))
+        if call.flow is Flow.CALL:
+            probes.append(_site(f, "inner_wait_end", back, f"return of {where}"))
+    if left_out:
+        notes.append(f"{left_out} calls of {BARRIER_SYMBOLS[0]} inside ops return to an "
+                     "instruction the kernel cannot probe: their waits count as op time")
+    return probes
+
+
 def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:
     """The BLAS backend's graph splits, and the cblas_sgemm returns that cut them into ops."""
     found = next(((f, s) for f in files if (s := f.function_named(BLAS_GRAPH))), None)
@@ -248,6 +273,7 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
             f"no call of ggml_barrier found in {op_file.path.name}'s graph loop: "
             "barrier wait is counted as op time"
         )
+    probes += _inner_wait_probes(op_file, op_symbol, notes)
     if not sites[FUSED_SYMBOL] and FUSED_SYMBOL in op_file.symbols:
         probes.append(_entry(op_file, FUSED_SYMBOL, "fused_op_begin"))
 

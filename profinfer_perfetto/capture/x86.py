@@ -194,10 +194,12 @@ class X86_64:
         go where the entry probe goes."""
         return self.entry_probe_address(code, address)
 
-    def calls_to(self, code: bytes, address: int, targets: frozenset[int]) -> list[int]:
-        """Every 0xe8 byte whose rel32 lands on a target (most are no call: decode to check)."""
+    def calls_to(self, code: bytes, address: int, targets: frozenset[int],
+                 tail: bool = False) -> list[int]:
+        """Every 0xe8 byte (`tail`: and 0xe9, a jmp) whose rel32 lands on a target (most are no
+        call: decode to check)."""
         raw = np.frombuffer(code, dtype=np.uint8)
-        at = np.flatnonzero(raw[:-4] == 0xE8)
+        at = np.flatnonzero((raw[:-4] == 0xE8) | (tail & (raw[:-4] == 0xE9)))
         rel = np.zeros(len(at), dtype=np.int64)
         for k in range(4):
             rel |= raw[at + 1 + k].astype(np.int64) << (8 * k)

@@ -23,6 +23,7 @@ from profinfer_perfetto.model.backends import backend_name
 from profinfer_perfetto.model.names import (
     CPU_ARG,
     GENERATE_SLICE,
+    INNER_WAIT_SLICE,
     PEAK_ARGS,
     PEAK_SLICE,
     PROMPT_SLICE,
@@ -389,7 +390,8 @@ class _LayoutBuilder:
                              gr.end[graph[sel]], d, name[graph[sel]], args[graph[sel]])
 
     def ops(self, thread: dict[int, int], caller: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Op slices, then their barrier waits, one level below their graph.
+        """Op slices, then their barrier waits, one level below their graph, and the waits
+        inside them one level below.
 
         Returns the begin and end row of each op's slice.
         """
@@ -440,6 +442,10 @@ class _LayoutBuilder:
                 track[sel], ops.begin[sel], work_end[sel], d, name[sel], arg[sel], desc[sel])
             waits = sel[ops.end[sel] > work_end[sel]]
             self.rows.slices(track[waits], work_end[waits], ops.end[waits], d, wait)
+            inner = model.inner_waits[depth[model.inner_waits[:, 0]] == d]
+            if len(inner):
+                self.rows.slices(track[inner[:, 0]], inner[:, 1], inner[:, 2], d + 1,
+                                 self.strings(INNER_WAIT_SLICE))
         return begin_rows, end_rows
 
     def _description(self, node: int, fused: int) -> tuple[int, int]:

@@ -19,6 +19,9 @@ PEAK_ARGS: its kind (memory, compute), weight type, threads and value (GB/s, GFL
 PEAK_ARGS = ("peak_kind", "peak_dtype", "peak_threads", "peak_value", "peak_how")
 WAIT_SLICE = "barrier wait"
 """A thread's wait at the barrier after its share of an op."""
+INNER_WAIT_SLICE = "barrier wait in op"
+"""A thread's wait at a barrier inside its share of an op (a matmul's threads wait there for
+each other once they have converted the input): part of the op's time, drawn within it."""
 SEQUENCE_TRACK = "sequence"
 """A track per sequence id (`sequence 1`): a slice per token step that held its tokens, named
 PROMPT_SLICE (several of its tokens) or GENERATE_SLICE (one), with args SEQ_ARGS. (Not the

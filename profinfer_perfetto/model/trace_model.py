@@ -201,6 +201,9 @@ class TraceModel:
     """Token step index -> the sequences its batch named (steps of batches that name none are
     not here)."""
     cont: Continuation = field(default_factory=Continuation)
+    inner_waits: np.ndarray = field(default_factory=lambda: np.empty((0, 3), np.int64))
+    """(n, 3): op index, begin, end of each wait at a barrier inside an op's own function (a
+    matmul's threads wait there for each other): part of the op's work, drawn within it."""
 
     @property
     def sched_records(self) -> int:
@@ -317,6 +320,25 @@ def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
     source, target = op_of[producer[found]], op_of[reader[found]]
     pairs = np.unique((source * n + target)[source != target])
     return np.stack([pairs // n, pairs % n], 1).astype(np.int64).reshape(-1, 2)
+
+
+def _inner_waits(events: np.ndarray, ops: Ops) -> np.ndarray:
+    """Each thread's waits inside its ops, within the work of the thread's op that began last
+    before: from a barrier call's event to its return's, the next event of the thread's of
+    these two kinds (events are sorted by thread, then time); a tail call's (which returns to
+    another function, unprobed) to the op's end of work."""
+    inner = events[(events["kind"] == Kind.INNER_WAIT_BEGIN)
+                   | (events["kind"] == Kind.INNER_WAIT_END)]
+    begins = np.flatnonzero(inner["kind"] == Kind.INNER_WAIT_BEGIN)
+    after = np.minimum(begins + 1, max(len(inner) - 1, 0))
+    returned = ((begins + 1 < len(inner)) & (inner["kind"][after] == Kind.INNER_WAIT_END)
+                & (inner["tid"][after] == inner["tid"][begins]))
+    begin = inner["ts"][begins].astype(np.int64)
+    op = latest(ops.tid, ops.begin, inner["tid"][begins], begin)
+    work_end = ops.work_end[np.maximum(op, 0)].astype(np.int64)
+    end = np.where(returned, inner["ts"][after].astype(np.int64), work_end)
+    inside = (op >= 0) & (begin < work_end) & (end <= work_end)
+    return np.stack([op[inside], begin[inside], end[inside]], 1).astype(np.int64).reshape(-1, 3)
 
 
 def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
@@ -440,6 +462,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
         sched=recording.sched,
         step_runs=_step_runs(recording.batches, tokens),
         cont=cont or Continuation(),
+        inner_waits=_inner_waits(events, ops),
     )
 
 

@@ -22,7 +22,12 @@ import pytest
 from profinfer_perfetto.capture.counters import PMUS, SOFTWARE_COUNTERS
 from profinfer_perfetto.capture.events import MAX_COUNTERS, Kind, TokenEntry
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
-from profinfer_perfetto.model.names import WAIT_SLICE, counted_arg, probe_args
+from profinfer_perfetto.model.names import (
+    INNER_WAIT_SLICE,
+    WAIT_SLICE,
+    counted_arg,
+    probe_args,
+)
 from profinfer_perfetto.model.trace_model import token_phase
 from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
@@ -34,7 +39,8 @@ pytestmark = pytest.mark.root
 PROMPT = "Paris is"
 TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
 COUNTED = {"ops": "ggml_cpu_extra_compute_forward",
-           "fused": "ggml_compute_forward_rms_norm_mul_fused"}
+           "fused": "ggml_compute_forward_rms_norm_mul_fused",
+           "barriers": "ggml_barrier"}
 
 
 def completion(llama: Callable[..., Path], model: Path, threads: int, n: int = 16,
@@ -115,19 +121,42 @@ def check_a_generation(cli: Cli, llama: Callable[..., Path], model: Callable[[st
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
     assert "recorded llama-completion" in result.stdout and "ui.perfetto.dev" in result.stdout
-
     trace = trace_reader.read(out)
+    check_counted(trace, counts, barriers)
+    steps = check_steps(trace)
+    check_threads(trace, steps, threads, barriers)
+    check_names_and_edges(trace, steps)
+    check_inner_waits(trace, counts)
+
+
+def check_inner_waits(trace: trace_reader.Trace, counts: dict[str, int]) -> None:
+    """Every call of ggml_barrier (bpftrace's count) is a barrier of the graph loop or one inside
+    an op's own function (a matmul's), whose wait is drawn within its op's slice."""
+    rec = record_slice(trace)
+    loop = rec.args.get(probe_args("barrier_enter")[0], 0)
+    inner = rec.args.get(probe_args("inner_wait_begin")[0], 0)
+    assert inner > 0 and loop + inner == counts["barriers"]
+    # a tail call of ggml_barrier (llamafile's tinyBLAS ends so) has no return in its function
+    assert 0 < rec.args[probe_args("inner_wait_end")[0]] <= inner
+    waits = [s for s in trace.slices if s.name == INNER_WAIT_SLICE]
+    assert len(waits) == inner
+    for w in waits:
+        assert w.parent is not None and "node" in w.parent.args
+        assert w.parent.ts <= w.ts and w.end <= w.parent.end
+
+
+def check_counted(trace: trace_reader.Trace, counts: dict[str, int], barriers: bool) -> None:
+    """The record slice, and every op event the probes saw and no other: the same count as
+    bpftrace's, fused included, with what the probes cost as the kernel timed it."""
     rec = record_slice(trace)
     assert rec.args["status"] == "complete" and rec.args["complete"] is True
     assert rec.args["events_lost"] == 0 and rec.args["nodes_lost"] == 0
     assert rec.args["ops_dropped"] == 0
     assert rec.args["ggml_version"] == "0.25.3" and len(rec.args["ggml_build_id"]) == 40
-
-    # Every op event the probes saw, and no other: the same count as bpftrace's, fused included.
     ops = op_slices(trace)
     assert len(ops) == counts["ops"] + counts.get("fused", 0)
     assert counts.get("fused", 0) > 0
-    # What the probes cost, timed by the kernel: one run per op event, a positive time each.
+    # one run per op event, a positive time each
     op_runs, op_ns = probe_args("op_begin")
     assert rec.args[op_runs] == counts["ops"]
     assert rec.args[probe_args("fused_op_begin")[0]] == counts["fused"]
@@ -139,31 +168,36 @@ def check_a_generation(cli: Cli, llama: Callable[..., Path], model: Callable[[st
                    if k.startswith("note"))
     assert 0 < rec.args[op_ns] < 1_000_000
 
-    # Token steps: one prefill of the prompt, then one decode per generated token.
+
+def check_steps(trace: trace_reader.Trace) -> list[trace_reader.Slice]:
+    """One prefill of the prompt, then one decode per generated token; descriptors follow graph
+    rebuilds (prefill, then decode graphs reused step after step): a token's Q projection is
+    as wide as its batch. Returns the token steps."""
     steps = [s for s in trace.slices if s.name in ("prefill", "decode")]
     assert [s.name for s in steps] == ["prefill"] + ["decode"] * 15
     assert steps[0].args["n_tokens"] == 3 and all(s.args["n_tokens"] == 1 for s in steps[1:])
-
-    # Descriptors follow graph rebuilds (prefill, then decode graphs reused step after step):
-    # a token's Q projection is as wide as its batch.
     for s in described(trace):
         if s.args["tensor"] == "Qcur-0" and s.args["op"] == "MUL_MAT":
             step = s.parent.parent if s.parent is not None else None
             if step is not None and step.name in ("prefill", "decode"):
                 n = step.args["n_tokens"]
                 assert s.args["shape"] == "256" + (f"x{n}" if n > 1 else ""), s.args
+    return steps
 
-    # Threads: each runs its share of every node of every graph.
+
+def check_threads(trace: trace_reader.Trace, steps: list[trace_reader.Slice], threads: int,
+                  barriers: bool) -> None:
+    """Each thread runs its share of every node of every graph; a node is described once, on its
+    calling thread's share, which every share is named after; an op is inside its graph
+    inside its token step on the calling thread, inside its graph elsewhere."""
+    ops = op_slices(trace)
     per_thread = Counter(trace.tracks[s.track].thread.tid for s in ops)
     assert len(per_thread) == threads and len(set(per_thread.values())) == 1
-    # A node is described once, on its calling thread's share, which every share is named after.
     nodes = {(s.parent.args["graph"], s.args["node"]): s for s in described(trace)
              if s.parent is not None}
     assert len(nodes) * threads == len(ops)
     assert all(s.parent is not None and nodes[s.parent.args["graph"], s.args["node"]].name
                == s.name for s in ops)
-
-    # Nesting: op inside graph inside token step on the calling thread, inside graph elsewhere.
     main_tid = trace.tracks[steps[0].track].thread.tid
     for s in ops:
         assert s.parent is not None and s.parent.name == "graph CPU"
@@ -174,14 +208,16 @@ def check_a_generation(cli: Cli, llama: Callable[..., Path], model: Callable[[st
     assert bool(waits) == barriers
     assert all(w.parent is not None and w.parent.name == "graph CPU" for w in waits)
 
-    # Names: `OP tensor`, the tensor names llama.cpp gives, layers from their suffix.
-    tensors = {s.args["tensor"] for s in nodes.values()}
-    assert {"Qcur-0", "Kcur-3", "ffn_up-2", "result_output"} <= tensors
-    for s in nodes.values():
-        assert s.name == f"{s.args.get('subop') or s.args['op']} {s.args['tensor']}"
-    assert {s.args["layer"] for s in nodes.values()} == {-1, 0, 1, 2, 3}
 
-    # DAG: a flow per source link between computed nodes, producer before consumer.
+def check_names_and_edges(trace: trace_reader.Trace, steps: list[trace_reader.Slice]) -> None:
+    """Names: `OP tensor`, the tensor names llama.cpp gives, layers from their suffix. The DAG:
+    a flow per source link between computed nodes, producer before consumer."""
+    nodes = described(trace)
+    tensors = {s.args["tensor"] for s in nodes}
+    assert {"Qcur-0", "Kcur-3", "ffn_up-2", "result_output"} <= tensors
+    for s in nodes:
+        assert s.name == f"{s.args.get('subop') or s.args['op']} {s.args['tensor']}"
+    assert {s.args["layer"] for s in nodes} == {-1, 0, 1, 2, 3}
     assert trace.flows
     links = {(a.args["tensor"], b.args["tensor"]) for a, b in trace.flows}
     assert ("attn_norm-1", "Qcur-1") in links and ("ffn_out-0", "l_out-0") in links

@@ -86,7 +86,8 @@ def test_arm64_builds_are_probed_where_the_kernel_simulates(llama: Callable[...,
                                                            build: str) -> None:
     """The op function's entry (`stp x29, x30, [sp, #-N]!`, after `bti c`/`paciasp` with
     branch protection) is single-stepped: its BL in the node loop is probed instead, and so are
-    the barriers' BLs; entry probes go past a landing pad, uretprobes stay before it."""
+    the barriers' BLs (and the instructions those inside ops return to); entry probes go past a
+    landing pad, uretprobes stay before it."""
     bin_dir = llama("llama-completion", build).parent
     plan = plan_probes([bin_dir / f"{lib}.so.0" for lib in ("libggml-base", "libggml-cpu",
                                                              "libllama")])
@@ -102,6 +103,13 @@ def test_arm64_builds_are_probed_where_the_kernel_simulates(llama: Callable[...,
             site = int(probe.where.rsplit(" ", 1)[1], 16)
             assert int.from_bytes(elf.read(site, 4), "little") >> 26 == 0b100101  # BL
             assert elf.file_offset(site) == probe.offset
+        elif probe.where.startswith("jump "):  # a tail call of ggml_barrier inside an op
+            site = int(probe.where.rsplit(" ", 1)[1], 16)
+            assert int.from_bytes(elf.read(site, 4), "little") >> 26 == 0b000101  # B
+            assert elf.file_offset(site) == probe.offset
+        elif probe.where.startswith("return of call "):
+            site = int(probe.where.rsplit(" ", 1)[1], 16)
+            assert elf.file_offset(site + 4) == probe.offset  # the BL's return address
         elif probe.ret or arm64.ARCH.decode(at, 0)[0].text not in ("bti c", "paciasp"):
             assert probe.offset == elf.file_offset(symbol.vaddr)  # type: ignore[union-attr]
         else:

@@ -14,11 +14,12 @@ import pytest
 from google.protobuf import text_format
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
+from profinfer_perfetto.capture.events import Kind
 from profinfer_perfetto.encode import deflate, perfetto
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
-from profinfer_perfetto.model.names import PEAK_ARGS, PEAK_SLICE, WAIT_SLICE
+from profinfer_perfetto.model.names import INNER_WAIT_SLICE, PEAK_ARGS, PEAK_SLICE, WAIT_SLICE
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic, trace_reader
 
@@ -164,3 +165,28 @@ def test_a_layout_without_events_writes_its_tracks(tmp_path: Path) -> None:
     traces = {name: trace_reader.read(path) for name, path in paths.items()}
     assert traces["empty"].slices == []
     assert traces["full+empty"].slices == traces["full"].slices
+
+
+def test_waits_inside_an_op_are_drawn_within_it(tmp_path: Path) -> None:
+    """A barrier call inside an op and its return make a wait one level below the op's slice;
+    a tail call's (no return seen) lasts to the op's end of work; one outside any op's work
+    draws nothing."""
+    rec = synthetic.recording()
+    extra = np.array([
+        synthetic._event(3_500, Kind.INNER_WAIT_BEGIN, synthetic.WORKER, cpu=1),
+        synthetic._event(4_200, Kind.INNER_WAIT_END, synthetic.WORKER, cpu=1),
+        synthetic._event(8_700, Kind.INNER_WAIT_BEGIN, synthetic.WORKER, cpu=1),
+        synthetic._event(12_500, Kind.INNER_WAIT_BEGIN, synthetic.MAIN),
+        synthetic._event(12_600, Kind.INNER_WAIT_END, synthetic.MAIN),
+    ], synthetic.EVENT)
+    rec = dataclasses.replace(rec, events=np.concatenate([rec.events, extra]))
+    path = tmp_path / "inner.pftrace"
+    with path.open("wb") as out:
+        write_perfetto(build_layout(build(rec)), out)
+    trace = trace_reader.read(path)
+    waits = [s for s in trace.slices if s.name == INNER_WAIT_SLICE]
+    assert [(w.ts, w.end) for w in waits] == [(3_500, 4_200), (8_700, 9_900)]
+    assert [w.parent.name for w in waits if w.parent is not None] == [
+        "MUL_MAT ffn_up-0", "RMS_NORM+MUL attn_norm-0"]
+    assert all(w.parent is not None and w.depth == w.parent.depth + 1 for w in waits)
+    assert {trace.tracks[w.track].thread.tid for w in waits} == {synthetic.WORKER}
