@@ -30,7 +30,7 @@ import numpy as np
 from profinfer_perfetto.capture.recorder import Drained, Recording, Run, drained_dtypes
 from profinfer_perfetto.capture.sched import Task, scheduling
 from profinfer_perfetto.capture.spill import write_all
-from profinfer_perfetto.encode.output import PART_SUFFIX
+from profinfer_perfetto.encode.output import PART_SUFFIX, create_new
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.chunks import Chunk, Chunker
@@ -100,10 +100,7 @@ class TraceStream:
 
     def _open(self) -> None:
         self.part = part_path(self.path)
-        try:
-            self.fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as exc:
-            raise ProfinferError(f"cannot write {self.part}: {exc.strerror}") from None
+        self.fd = create_new(self.part)
         self.size = 0
         self.written = Written()
         self.fresh = True
