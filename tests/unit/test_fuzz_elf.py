@@ -80,3 +80,12 @@ def test_a_table_reaching_past_the_end_is_one_sentence(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(ProfinferError, match=f"{path} is a malformed ELF file"):
         _ = ElfFile(path).symbols
+
+
+def test_objdump_reads_the_bytes_read_not_what_the_path_holds_later(tmp_path: Path) -> None:
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(SEED)
+    f = ElfFile(lib)
+    lib.unlink()
+    lib.symlink_to("/etc/passwd")  # the target swaps the path for another file
+    assert f.function_ranges == ElfFile(Path("/bin/true")).function_ranges != []
