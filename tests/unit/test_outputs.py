@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from profinfer_perfetto.encode.output import atomic_output, check_writable
-from profinfer_perfetto.encode.stream import TraceStream, part_path, write_trace
+from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path, write_trace
 from profinfer_perfetto.errors import ProfinferError
 from tests import synthetic
+from tests.unit.test_stream import _drains
 
 SUDO_USER = 65534
 
@@ -94,3 +96,19 @@ def test_a_second_stream_to_one_output_is_refused_before_it_truncates(tmp_path: 
         TraceStream(out)
     first.finish(synthetic.recording())
     assert out.stat().st_size > 0 and not part_path(out).exists()
+
+
+def test_a_link_planted_at_the_next_rotated_part_is_not_followed(tmp_path: Path,
+                                                                 victim: Path) -> None:
+    rec = synthetic.decode_run(6, steps=30)
+    out = tmp_path / "run.pftrace"
+    rotation = Rotation(max_bytes=4096)
+    part_path(rotation.path(out, 1)).symlink_to(victim)
+    stream = TraceStream(out, rotation)
+    for drained in _drains(rec, 15):
+        stream(drained, replace(rec.run, status="running"))
+    with pytest.raises(ProfinferError) as error:
+        stream.finish(rec)
+    _one_sentence(error, part_path(rotation.path(out, 1)))
+    assert victim.read_bytes() == b"precious"
+    assert stream.files == [rotation.path(out, 0)] and rotation.path(out, 0).stat().st_size
