@@ -2,10 +2,10 @@
 
 Traces are made to be shared (ui.perfetto.dev links, issue attachments), and a server's command
 line can hold its API key or a Hugging Face token. An option whose name holds `token`, `key`,
-`secret` or `password` (`--api-key`, `--hf-token`, `--ssl-key-file`'s path excepted: an option
-naming a file keeps it, and the file is never read) has its value, the next argument or the part
-after `=`, replaced by REDACTED. An option that follows one of them (`--`...) is taken as such,
-not as its value. The environment is never recorded.
+`secret` or `password` (`--api-key`, `--hf-token`) has its value, the next argument or the part
+after `=`, replaced by REDACTED; one that names a file (`--api-key-file`) keeps its path, and the
+file is never read. An option that follows one of them (`--`...) is taken as such, not as its
+value. The environment is never recorded.
 """
 
 from __future__ import annotations
