@@ -30,9 +30,10 @@ import numpy as np
 from profinfer_perfetto.capture.recorder import Drained, Recording, Run, drained_dtypes
 from profinfer_perfetto.capture.sched import Task, scheduling
 from profinfer_perfetto.capture.spill import write_all
-from profinfer_perfetto.encode.output import PART_SUFFIX, create_new
+from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.files import create_new
 from profinfer_perfetto.model.chunks import Chunk, Chunker
 from profinfer_perfetto.model.layout import Tables, build_layout
 from profinfer_perfetto.model.totals import RunTotals
