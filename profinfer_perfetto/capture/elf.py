@@ -4,17 +4,28 @@ A uprobe is placed at a file offset. Exported functions come from `.dynsym` (kep
 library is stripped), static ones from `.symtab` when present. Function bounds come from
 `.eh_frame` (binutils' `objdump --dwarf=frames` reads them), so call sites are found in stripped
 libraries too (capture/code.py).
+
+The file may be controlled by the target (a process in a container, under `record --pid`): it is
+read once, and only if it is a regular file of at most MAX_FILE_BYTES (never a FIFO or
+/dev/zero); every table is read within the file, and a malformed one is one sentence naming the
+file. objdump runs on a private copy of the bytes read, not on a path the target could swap.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from profinfer_perfetto.errors import ProfinferError
 
@@ -38,6 +49,40 @@ _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
 
 _FDE = re.compile(r"\bFDE\b.*pc=([0-9a-f]+)\.\.([0-9a-f]+)")
+MAX_FILE_BYTES = 4 << 30
+"""The largest file read: a library is far smaller, a bigger file is refused."""
+_SYM_SIZE = 24
+_RELA_SIZE = 24
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _parsing(method: Callable[Concatenate[ElfFile, _P], _T]
+             ) -> Callable[Concatenate[ElfFile, _P], _T]:
+    """A method that reads the file's tables: a malformed table is one sentence naming it."""
+    @functools.wraps(method)
+    def parse(elf: ElfFile, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(elf, *args, **kwargs)
+        except (struct.error, IndexError, ValueError, OverflowError) as exc:
+            raise ProfinferError(f"{elf.path} is a malformed ELF file ({exc})") from None
+    return parse
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES."""
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ProfinferError(f"{path} is not a regular file")
+            if st.st_size > MAX_FILE_BYTES:
+                raise ProfinferError(f"{path} is larger than {MAX_FILE_BYTES >> 30} GiB, "
+                                     "the most an ELF file is read")
+            return f.read(st.st_size)
+    except OSError as exc:
+        raise ProfinferError(f"cannot read {path}: {exc.strerror}") from exc
 
 
 @dataclass(frozen=True)
@@ -59,10 +104,7 @@ class ElfFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            self._data = path.read_bytes()
-        except OSError as exc:
-            raise ProfinferError(f"cannot read {path}: {exc.strerror}") from exc
+        self._data = _read_regular(path)
         if len(self._data) < 64 or self._data[:4] != _ELF_MAGIC:
             raise ProfinferError(f"{path} is not an ELF file")
         if self._data[4] != 2:
@@ -71,6 +113,10 @@ class ElfFile:
             raise ProfinferError(
                 f"{path} is a big-endian ELF file: only little-endian targets are supported"
             )
+        self._read_headers()
+
+    @_parsing
+    def _read_headers(self) -> None:
         (self.e_type, self.machine) = struct.unpack_from("<HH", self._data, 16)
         (phoff, shoff) = struct.unpack_from("<QQ", self._data, 32)
         (phentsize, phnum, shentsize, shnum) = struct.unpack_from("<HHHH", self._data, 54)
@@ -117,12 +163,24 @@ class ElfFile:
         return next((s for s in self.symbols
                      if s.startswith(prefix) and not s.endswith(".cold")), None)
 
+    def _entries(self, sec: tuple[int, ...], size: int, step: int) -> range:
+        """Where the entries of a table of `size`-byte entries start, `step` bytes apart."""
+        offset, total = sec[4], sec[5]
+        if step < size or offset + total > len(self._data):
+            raise ValueError(f"the table at {offset:#x} has entries of {step} bytes or ends "
+                             "past the end of the file")
+        return range(offset, offset + total, step)
+
+    def _string(self, table: tuple[int, ...], at: int) -> str:
+        """The string at `at` in a string table section."""
+        start, end = table[4] + at, table[4] + table[5]
+        return self._data[start : self._data.index(b"\0", start, end)].decode(errors="replace")
+
+    @_parsing
     def _read_symbols(self, sec: tuple[int, ...]) -> dict[str, Symbol]:
-        _, _, _, _, offset, size, link, _, _, entsize = sec
-        strtab = self._sections[link]
-        str_off = strtab[4]
+        strtab = self._sections[sec[6]]
         out: dict[str, Symbol] = {}
-        for pos in range(offset, offset + size, entsize):
+        for pos in self._entries(sec, _SYM_SIZE, sec[9]):
             st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from(
                 "<IBBHQQ", self._data, pos
             )
@@ -132,8 +190,7 @@ class ElfFile:
                 _STT_GNU_IFUNC,
             ):
                 continue
-            end = self._data.index(b"\0", str_off + st_name)
-            name = self._data[str_off + st_name : end].decode(errors="replace")
+            name = self._string(strtab, st_name)
             out[name] = Symbol(name, st_value, st_size)
         return out
 
@@ -146,12 +203,13 @@ class ElfFile:
         return self._by_address.get(vaddr)
 
     @cached_property
+    @_parsing
     def build_id(self) -> str:
         """The GNU build-id note in hex, or "" if the file has none."""
         for sec in self._sections:
             if sec[1] != _SHT_NOTE:
                 continue
-            pos, end = sec[4], sec[4] + sec[5]
+            pos, end = sec[4], min(sec[4] + sec[5], len(self._data))
             while pos + 12 <= end:
                 namesz, descsz, kind = struct.unpack_from("<III", self._data, pos)
                 desc = pos + 12 + (namesz + 3) // 4 * 4
@@ -173,10 +231,11 @@ class ElfFile:
         return self._data[offset : offset + size]
 
     @cached_property
+    @_parsing
     def _relocations(self) -> list[tuple[int, int, int]]:
         """(r_offset, r_info, r_addend) of every entry of every RELA section."""
         return [struct.unpack_from("<QQq", self._data, pos) for sec in self._sections
-                if sec[1] == _SHT_RELA for pos in range(sec[4], sec[4] + sec[5], 24)]
+                if sec[1] == _SHT_RELA for pos in self._entries(sec, _RELA_SIZE, _RELA_SIZE)]
 
     @cached_property
     def _relative_relocations(self) -> dict[int, int]:
@@ -205,14 +264,14 @@ class ElfFile:
                 return self._data[start:end] if end >= 0 else None
         return None
 
+    @_parsing
     def string_at(self, vaddr: int) -> str:
         offset = self.file_offset(vaddr)
         return self._data[offset : self._data.index(b"\0", offset)].decode(errors="replace")
 
+    @_parsing
     def _section_name(self, sec: tuple[int, ...]) -> str:
-        names = self._sections[self._shstrndx][4]
-        end = self._data.index(b"\0", names + sec[0])
-        return self._data[names + sec[0] : end].decode(errors="replace")
+        return self._string(self._sections[self._shstrndx], sec[0])
 
     def section(self, name: str) -> tuple[int, bytes] | None:
         """A section's address and bytes, by name."""
@@ -227,15 +286,14 @@ class ElfFile:
                 if sec[2] & _SHF_EXECINSTR and sec[1] != _SHT_NOBITS]
 
     @cached_property
+    @_parsing
     def _dynamic_names(self) -> list[str]:
         """`.dynsym`'s names by index, undefined ones too."""
         for sec in self._sections:
             if sec[1] == _SHT_DYNSYM:
-                _, _, _, _, offset, size, link, _, _, entsize = sec
-                strings = self._sections[link][4]
-                return [self._data[strings + n : self._data.index(b"\0", strings + n)].decode(
-                    errors="replace") for n in (struct.unpack_from("<I", self._data, pos)[0]
-                                                for pos in range(offset, offset + size, entsize))]
+                strings = self._sections[sec[6]]
+                return [self._string(strings, struct.unpack_from("<I", self._data, pos)[0])
+                        for pos in self._entries(sec, _SYM_SIZE, sec[9])]
         return []
 
     @cached_property
@@ -251,15 +309,21 @@ class ElfFile:
     @cached_property
     def function_ranges(self) -> list[tuple[int, int]]:
         """[start, end) of every function `.eh_frame` describes, in order."""
-        out = objdump(self.path, "--dwarf=frames")
+        out = self.objdump("--dwarf=frames")
         return sorted((int(a, 16), int(b, 16)) for a, b in _FDE.findall(out))
 
-
-def objdump(path: Path, *args: str) -> str:
-    exe = shutil.which("objdump")
-    if exe is None:
-        raise ProfinferError("objdump (binutils) is needed to find call sites: install binutils")
-    proc = subprocess.run([exe, *args, str(path)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ProfinferError(f"objdump could not read {path}: {proc.stderr.strip()}")
-    return proc.stdout
+    def objdump(self, *args: str) -> str:
+        """objdump's output on the bytes read, from a private copy: the path may have been
+        swapped for another file since (by the target, for a file it controls)."""
+        exe = shutil.which("objdump")
+        if exe is None:
+            raise ProfinferError("objdump (binutils) is needed to find call sites: "
+                                 "install binutils")
+        with tempfile.NamedTemporaryFile(prefix="profinfer-elf-") as copy:
+            copy.write(self._data)
+            copy.flush()
+            proc = subprocess.run([exe, *args, copy.name], capture_output=True, text=True,
+                                  check=False)
+        if proc.returncode != 0:
+            raise ProfinferError(f"objdump could not read {self.path}: {proc.stderr.strip()}")
+        return proc.stdout

@@ -34,6 +34,7 @@ from profinfer_perfetto.capture.events import (
 )
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
+from profinfer_perfetto.capture.redact import redact
 from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, scheduling, target_cpus
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
@@ -443,9 +444,10 @@ class _Capture:
         self.threads: dict[int, str] = {}
         self.extra_notes: list[str] = []
         if named and launched is not None:
-            self.process_name, self.cmdline = Path(launched.command[0]).name, list(launched.command)
+            self.process_name = Path(launched.command[0]).name
+            self.cmdline = redact(launched.command)
         else:
-            self.cmdline = target.process_cmdline(pid)
+            self.cmdline = redact(target.process_cmdline(pid))
             self.process_name = (Path(self.cmdline[0]).name if self.cmdline
                                  else target.process_name(pid))
         self.begin, self.cpu_at_begin = boot_ns(), time.process_time()

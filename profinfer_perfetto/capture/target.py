@@ -1,17 +1,22 @@
 """Where the probes go in a target: the files it maps, the offsets of the runtime's functions.
 
 A launched command is resolved from its executable and the libraries the loader would map for
-it (`ldd`); a running process from `/proc/PID/maps`, read through `/proc/PID/root` so that a
-process in a container resolves too. Libraries are found by what they define, not by name, so
-static builds (everything in the executable) and shared ones (libggml-cpu.so.0, ...) both work.
+it (`ldd`); a running process from `/proc/PID/maps`, each file through the kernel's own handle on
+its mapping, `/proc/PID/map_files/START-END`: the very file mapped, in a container too (its path
+joined to `/proc/PID/root` could follow the container's absolute links or `..` out to the host's
+files). Root reads and probes it through a link of the file's name, in a folder of its own that
+lasts as long as the recorder. Libraries are found by what they define, not by name, so static
+builds (everything in the executable) and shared ones (libggml-cpu.so.0, ...) both work.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -101,21 +106,35 @@ def objects_of_file(path: Path) -> list[Path]:
 
 
 def objects_of_process(pid: int, extra: list[Path]) -> list[Path]:
-    """Files mapped executable by a running process, as paths valid from this namespace."""
+    """Files mapped executable by a running process, as links to their mappings."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except FileNotFoundError:
         raise ProfinferError(f"no process with PID {pid}") from None
     except PermissionError:
         raise ProfinferError(f"cannot read the memory map of PID {pid}: run as root") from None
-    paths: list[Path] = []
+    links = Path(tempfile.mkdtemp(prefix=f"profinfer-{pid}-"))
+    atexit.register(shutil.rmtree, links, ignore_errors=True)
+    paths: dict[str, Path] = {}
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)
-        if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/"):
-            path = Path(f"/proc/{pid}/root{fields[5]}")
-            if path not in paths:
-                paths.append(path)
-    return paths + extra
+        if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/") \
+                and fields[5] not in paths:
+            paths[fields[5]] = _mapping(pid, fields[0], fields[5], links / str(len(paths)))
+    return list(paths.values()) + extra
+
+
+def _mapping(pid: int, span: str, mapped: str, folder: Path) -> Path:
+    """A link in `folder`, named as the file `mapped`, to the file mapped at `span` (START-END,
+    in hex): the kernel's handle on it for root; for another user, who may not follow those
+    handles, its path in the process's root (a link there leads only where they may go)."""
+    start, end = (int(a, 16) for a in span.split("-"))
+    handle = (f"/proc/{pid}/map_files/{start:x}-{end:x}" if os.geteuid() == 0
+              else f"/proc/{pid}/root{mapped}")
+    folder.mkdir()
+    link = folder / Path(mapped.removesuffix(" (deleted)")).name
+    link.symlink_to(handle)
+    return link
 
 
 @cache

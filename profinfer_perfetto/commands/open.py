@@ -4,7 +4,10 @@ Done as Perfetto's own `tools/open_trace_in_ui` does it: an HTTP server on 127.0
 the UI's GET for the file with `Access-Control-Allow-Origin: https://ui.perfetto.dev` (and
 `Cache-Control: no-cache`), any other path or a POST with 404, and the UI is opened on
 `https://ui.perfetto.dev/#!/?url=http://127.0.0.1:PORT/NAME`. Port 9001 is the one the UI's
-Content-Security-Policy lets it fetch from (trace_processor_shell's HTTP port).
+Content-Security-Policy lets it fetch from (trace_processor_shell's HTTP port). Only the UI's
+origin, asking for the server by its loopback name (Host 127.0.0.1 or localhost, at PORT or at
+9001 forwarded to it), gets the file or a preflight: any other is refused with 403 (a page that
+rebinds its own name to 127.0.0.1, another page).
 """
 
 from __future__ import annotations
@@ -68,7 +71,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         super().end_headers()
 
+    def _refused(self) -> bool:
+        """Refuse (403) a request that is not the UI's, to this server by its loopback name:
+        another Host is a page that rebound its name to 127.0.0.1, another Origin another
+        page; neither may take the single fetch."""
+        port = self.server.server_address[1]
+        hosts = {f"{name}:{p}" for name in (HOST, "localhost") for p in (port, DEFAULT_PORT)}
+        if self.headers.get("Host") in hosts and self.headers.get("Origin") == UI_ORIGIN:
+            return False
+        self.send_error(HTTPStatus.FORBIDDEN)
+        return True
+
     def do_GET(self) -> None:
+        if self._refused():
+            return
         if unquote(urlsplit(self.path).path) != "/" + self.server.trace.name:
             self.send_error(HTTPStatus.NOT_FOUND)
             return
@@ -86,6 +102,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_OPTIONS(self) -> None:
         """A CORS preflight, with Private Network Access (a public page asking for 127.0.0.1)."""
+        if self._refused():
+            return
         self.send_response(HTTPStatus.NO_CONTENT)
         self.send_header("Access-Control-Allow-Methods", "GET, OPTIONS")
         if requested := self.headers.get("Access-Control-Request-Headers"):

@@ -1,4 +1,8 @@
-"""Write a trace file whole or not at all: into a temporary file beside it, then rename."""
+"""Write a trace file whole or not at all: into a temporary file beside it, then rename.
+
+The temporary file is made new, private to the user (files.create_new), and the trace
+keeps it so when it takes its name.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.files import create_new
 
 PART_SUFFIX = ".part"
 """A trace `record` is still writing (encode/stream.py): OUTPUT.part until the run ends."""
@@ -19,20 +24,23 @@ def _temporary(path: Path) -> Path:
 
 
 def check_writable(path: Path) -> None:
-    """Fail now, before a capture, if the trace could not be written."""
+    """Fail now, before a capture, if the trace could not be written (nor streamed, to
+    PATH.part)."""
+    part = path.with_name(path.name + PART_SUFFIX)
+    if os.path.lexists(part):
+        raise ProfinferError(f"{part} is there already (another record writing {path.name}, "
+                             "or what a killed one left): move it away first")
     tmp = _temporary(path)
-    try:
-        tmp.open("wb").close()
-        tmp.unlink()
-    except OSError as exc:
-        raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+    os.close(create_new(tmp))
+    tmp.unlink()
 
 
 @contextmanager
 def atomic_output(path: Path) -> Iterator[IO[bytes]]:
     tmp = _temporary(path)
+    fd = create_new(tmp)
     try:
-        with tmp.open("wb") as out:
+        with os.fdopen(fd, "wb") as out:
             yield out
         os.replace(tmp, path)
     except OSError as exc:

@@ -33,6 +33,7 @@ from profinfer_perfetto.capture.spill import write_all
 from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.files import create_new
 from profinfer_perfetto.model.chunks import Chunk, Chunker
 from profinfer_perfetto.model.layout import Tables, build_layout
 from profinfer_perfetto.model.totals import RunTotals
@@ -86,7 +87,7 @@ class TraceStream:
         self.error: Exception | None = None
         """What went wrong in the writer, if it was not the disk."""
         self.last: TraceModel | None = None
-        self._open()
+        self._open(create_new(part_path(self.path)))
         self.queue: queue.Queue[tuple[Drained, Run] | None] = queue.Queue(QUEUED_DRAINS)
         self.worker = threading.Thread(target=self._work, name="trace writer", daemon=True)
         self.worker.start()
@@ -98,12 +99,9 @@ class TraceStream:
             return self.output
         return self.rotation.path(self.output, self.index)
 
-    def _open(self) -> None:
-        self.part = part_path(self.path)
-        try:
-            self.fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as exc:
-            raise ProfinferError(f"cannot write {self.part}: {exc.strerror}") from None
+    def _open(self, fd: int) -> None:
+        """Go on in the file `fd`, created new as PATH.part."""
+        self.part, self.fd = part_path(self.path), fd
         self.size = 0
         self.written = Written()
         self.fresh = True
@@ -175,13 +173,14 @@ class TraceStream:
     def _rotate(self, run: Run) -> None:
         """Close this file with a `record` slice saying where the run goes on; open the next."""
         assert self.rotation is not None
-        following = self.rotation.path(self.output, self.index + 1).name
-        self._write(_empty(run), replace(run, status=f"continued in {following}"),
+        following = self.rotation.path(self.output, self.index + 1)
+        self._write(_empty(run), replace(run, status=f"continued in {following.name}"),
                     final=True, closing=True)
         if self.failed is None:
+            fd = create_new(part_path(following))  # refused: this file is still closed whole
             self._close()
             self.index += 1
-            self._open()
+            self._open(fd)
 
     def _write(self, chunk: Chunk, run: Run, final: bool,
                op_stats: list[tuple[int, np.ndarray]] | None = None,

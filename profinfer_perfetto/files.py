@@ -1,0 +1,31 @@
+"""The files the commands write: each made new, readable by its owner only, the user's.
+
+Every file is new (O_EXCL, O_NOFOLLOW: root never writes through a link or into a file someone
+planted at the name), readable by its owner only (as `perf record` makes its data: a trace holds
+the target's command line and code addresses), and under sudo handed to the user who ran it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from profinfer_perfetto.errors import ProfinferError
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_new(path: Path) -> int:
+    """A file descriptor for writing a file that was not there, mode 0600, owned by the user
+    who ran sudo (SUDO_UID, SUDO_GID) where root creates it for them."""
+    try:
+        fd = os.open(path, _NEW, 0o600)
+    except FileExistsError:
+        raise ProfinferError(f"{path} is there already (another run writing the same output, "
+                             "what a killed one left, or a link): move it away first") from None
+    except OSError as exc:
+        raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+    uid, gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
+    if os.geteuid() == 0 and uid.isdigit() and gid.isdigit():
+        os.fchown(fd, int(uid), int(gid))
+    return fd
