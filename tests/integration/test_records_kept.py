@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,19 @@ pytestmark = pytest.mark.root
 
 def test_a_trace_that_cannot_be_written_leaves_the_records_for_recover(
         cli: Cli, tmp_path: Path) -> None:
+    """A folder takes OUTPUT.part's name while the capture runs: writing the trace then fails,
+    and the records stay for `recover`."""
     out = tmp_path / "run.pftrace"
-    part_path(out).mkdir()  # the capture runs; writing its trace then fails
-    failed = cli("record", "-o", out, "--", *_generation("tiny-llama", 8))
-    assert failed.returncode == 2, failed.stderr
-    assert f"`profinfer-perfetto recover {out}` writes its trace" in failed.stderr
+    recorder, pid = start_recorder(out, "--", *_generation("tiny-llama", -1))
+    try:
+        wait_for_a_token(recorder)
+        part_path(out).mkdir()
+        recorder.send_signal(signal.SIGINT)
+        _, stderr = recorder.communicate()
+    finally:
+        _end(recorder, pid)
+    assert recorder.returncode == 2, stderr
+    assert f"`profinfer-perfetto recover {out}` writes its trace" in stderr
     assert (spill_path(out) / RUN_FILE).is_file()
     part_path(out).rmdir()
     recovered = cli("recover", out)
@@ -51,11 +60,16 @@ def test_recover_refuses_the_records_of_a_recorder_still_running(
         recorder.send_signal(signal.SIGINT)
         stdout, stderr = recorder.communicate()
     finally:
-        if recorder.poll() is None:
-            recorder.kill()
-            recorder.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        _end(recorder, pid)
     assert recorder.returncode == 0, stderr
     assert "recorder stopped by SIGINT" in stdout
     assert sorted(tmp_path.iterdir()) == [out]
+
+
+def _end(recorder: subprocess.Popen[str], pid: int) -> None:
+    """Whatever failed, no recorder nor target is left running."""
+    if recorder.poll() is None:
+        recorder.kill()
+        recorder.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
