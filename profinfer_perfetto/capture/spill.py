@@ -15,7 +15,8 @@ short by the kill has no index row, and is left out. The records a run.json spea
 run.json, are flushed to the disk before it takes its name (then the folder is flushed): a crash
 of the machine keeps them together.
 
-The recorder holds LOCK_FILE locked (flock) while it runs: `recover` refuses a folder a recorder
+The folder is made 0700 and its files 0600 (run.json holds the target's command line). The
+recorder holds LOCK_FILE locked (flock) while it runs: `recover` refuses a folder a recorder
 still writes. `recover` runs as root on a folder a user may have made: it reads only a folder and
 files that are not symlinks, belong to root or to the user who ran it and that no one else can
 write, and bounds every count by the sizes of the files.
@@ -206,6 +207,7 @@ class Spill:
 class Drains:
     """The drains a records folder holds whole, read back in order as they are iterated (once)."""
 
+    folder: Path
     files: dict[str, io.BufferedReader]
     dtypes: dict[str, np.dtype]
     rows: np.ndarray
@@ -234,7 +236,7 @@ class Drains:
         size = count * self.dtypes[name].itemsize
         data = self.files[name].read(size)
         if len(data) < size:
-            raise ProfinferError(f"{self.files[name].name} was cut short while it was read")
+            raise ProfinferError(f"{self.folder / name}.bin was cut short while it was read")
         return np.frombuffer(data, self.dtypes[name])
 
 
@@ -243,20 +245,25 @@ def read_drains(folder: Path, dtypes: dict[str, np.dtype]) -> Drains:
     files lack (cut short) are left out, and counted."""
     rows = _index(folder, len(dtypes))
     files: dict[str, io.BufferedReader] = {}
-    for name in dtypes:
-        fd = _opened(folder, f"{name}.bin")
-        if fd is None:
-            raise ProfinferError(f"{folder} has no {name}.bin: it is not a folder of records")
-        files[name] = os.fdopen(fd, "rb")
-    held = np.array([os.fstat(file.fileno()).st_size // dtypes[name].itemsize
-                     for name, file in files.items()], np.int64)
-    whole = _whole(rows, held, folder / INDEX_FILE)
-    if whole == 0 < len(rows):
-        short = next(name for name, n, h in zip(dtypes, rows[0], held, strict=True) if n > h)
-        raise ProfinferError(f"{folder / short}.bin holds fewer records than {INDEX_FILE} says "
-                             "even for the first drain: the folder was changed after the "
-                             "recorder wrote it")
-    return Drains(files, dtypes, rows[:whole], len(rows) - whole)
+    try:
+        for name in dtypes:
+            fd = _opened(folder, f"{name}.bin")
+            if fd is None:
+                raise ProfinferError(f"{folder} has no {name}.bin: it is not a folder of records")
+            files[name] = os.fdopen(fd, "rb")
+        held = np.array([os.fstat(file.fileno()).st_size // dtypes[name].itemsize
+                         for name, file in files.items()], np.int64)
+        whole = _whole(rows, held, folder / INDEX_FILE)
+        if whole == 0 < len(rows):
+            short = next(name for name, n, h in zip(dtypes, rows[0], held, strict=True) if n > h)
+            raise ProfinferError(f"{folder / short}.bin holds fewer records than {INDEX_FILE} "
+                                 "says even for the first drain: the folder was changed after "
+                                 "the recorder wrote it")
+    except BaseException:
+        for file in files.values():
+            file.close()
+        raise
+    return Drains(folder, files, dtypes, rows[:whole], len(rows) - whole)
 
 
 def _index(folder: Path, kinds: int) -> np.ndarray:
