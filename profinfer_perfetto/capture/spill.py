@@ -11,26 +11,39 @@ QUEUE_BYTES.
 The folder says on its own what it holds, so a recorder that is killed leaves a run that
 `recover` writes as a trace: after a drain's records are appended whole, the run as known then
 replaces RUN_FILE (JSON) and the drain's record counts are appended to INDEX_FILE. A drain cut
-short by the kill has no index row, and is left out.
+short by the kill has no index row, and is left out. The records a run.json speaks for, and the
+run.json, are flushed to the disk before it takes its name (then the folder is flushed): a crash
+of the machine keeps them together.
+
+The folder is made 0700 and its files 0600 (run.json holds the target's command line). The
+recorder holds LOCK_FILE locked (flock) while it runs: `recover` refuses a folder a recorder
+still writes. `recover` runs as root on a folder a user may have made: it reads only a folder and
+files that are not symlinks, belong to root or to the user who ran it and that no one else can
+write, and bounds every count by the sizes of the files.
 """
 
 from __future__ import annotations
 
+import fcntl
+import io
 import json
 import os
 import shutil
+import stat
 import threading
 import types
 import typing
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import fields, is_dataclass, replace
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, is_dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from profinfer_perfetto.capture.events import MAX_COUNTERS
 from profinfer_perfetto.capture.recorder import Drained, Run, drained_dtypes
 from profinfer_perfetto.errors import ProfinferError
 
@@ -40,6 +53,10 @@ RUN_FILE = "run.json"
 """The run as known at the last drain written whole (Run, as JSON)."""
 INDEX_FILE = "drains.bin"
 """A row per drain written whole: its records of each kind (int64, in drained_dtypes' order)."""
+LOCK_FILE = "lock"
+"""Locked (flock) by the recorder that writes the folder, and by `recover` while it reads it."""
+RUN_MAX_BYTES = 16 << 20
+"""The largest RUN_FILE read (a run's threads and command line take kilobytes)."""
 FORMAT = 1
 """RUN_FILE's format: a folder of another one is not read."""
 QUEUE_BYTES = 48 << 20
@@ -58,21 +75,28 @@ class Spill:
 
     def __init__(self, folder: Path, counters: int) -> None:
         """For a run that reads `counters` perf counters."""
-        if folder.exists():
-            raise ProfinferError(
-                f"{folder} holds the records of a recorder that was killed (or is running): "
-                f"`profinfer-perfetto recover {folder.name.removesuffix(SPILL_SUFFIX)}` writes "
-                "their trace; remove the folder to record anew")
         self.folder = folder
         self.dtypes = drained_dtypes(counters)
         try:
-            folder.mkdir()
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            raise ProfinferError(
+                f"{folder} holds the records of a recorder that was killed (or is running): "
+                f"`profinfer-perfetto recover {folder.name.removesuffix(SPILL_SUFFIX)}` writes "
+                "their trace; remove the folder to record anew") from None
+        except OSError as exc:
+            raise ProfinferError(f"cannot write {folder}: {exc.strerror}") from None
+        try:
+            self.lock_fd = _created(folder / LOCK_FILE)
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
             self.fds = {name: _created(folder / f"{name}.bin") for name in self.dtypes}
             self.index_fd = _created(folder / INDEX_FILE)
         except OSError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             raise ProfinferError(f"cannot write {folder}: {exc.strerror}") from None
         self.failed: str | None = None
+        self.written = 0
+        """The drains written whole."""
         self._run_text = ""
         self._queue: deque[tuple[Drained, Run]] = deque()
         self._queued_bytes = 0
@@ -95,29 +119,38 @@ class Spill:
             return self.failed
 
     def _write(self) -> None:
-        """The writer thread: append the queued drains in order until finish()."""
-        while True:
-            with self._changed:
-                while not self._queue and not self._closed:
-                    self._changed.wait()
-                if not self._queue:
-                    return
-                drained, run = self._queue[0]
-            failed: str | None = None
-            try:
-                self._append(drained, run)
-            except OSError as exc:
-                failed = f"writing the run's records to {self.folder} failed ({exc.strerror})"
-            with self._changed:
-                self._queue.popleft()
-                self._queued_bytes -= _size(drained)
-                if failed is not None:
-                    self.failed = failed
-                    self._queue.clear()
-                    self._queued_bytes = 0
-                self._changed.notify_all()
-                if failed is not None:
-                    return
+        """The writer thread: append the queued drains in order until finish(). Whatever stops
+        it (a full disk, a bug) ends the capture, the drains written whole kept."""
+        try:
+            while (item := self._next()) is not None:
+                self._append(*item)
+                self._done(item[0])
+        except OSError as exc:
+            self._fail(f"writing the run's records to {self.folder} failed ({exc.strerror})")
+        except Exception as exc:  # a bug: said in one sentence, not a capture waiting forever
+            self._fail(f"the writer of the run's records to {self.folder} failed ({exc!r})")
+
+    def _next(self) -> tuple[Drained, Run] | None:
+        """The oldest drain queued (left queued until written); None once finish() is called
+        and all are written."""
+        with self._changed:
+            while not self._queue and not self._closed:
+                self._changed.wait()
+            return self._queue[0] if self._queue else None
+
+    def _done(self, drained: Drained) -> None:
+        with self._changed:
+            self._queue.popleft()
+            self._queued_bytes -= _size(drained)
+            self.written += 1
+            self._changed.notify_all()
+
+    def _fail(self, reason: str) -> None:
+        with self._changed:
+            self.failed = reason
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._changed.notify_all()
 
     def _append(self, drained: Drained, run: Run) -> None:
         """One drain's records, then the run as known, then the drain's index row."""
@@ -125,12 +158,24 @@ class Spill:
             write_all(fd, memoryview(getattr(drained, name)).cast("B"))
         text = json.dumps({"format": FORMAT, "run": _plain(run)})
         if text != self._run_text:
-            partial = self.folder / f".{RUN_FILE}.partial"
-            partial.write_text(text)
-            os.replace(partial, self.folder / RUN_FILE)
+            self._publish(text)
             self._run_text = text
         row = np.array([len(getattr(drained, name)) for name in self.dtypes], np.int64)
         write_all(self.index_fd, memoryview(row.tobytes()))
+
+    def _publish(self, text: str) -> None:
+        """RUN_FILE replaced by `text`, once the records before it are on the disk."""
+        for fd in [*self.fds.values(), self.index_fd]:
+            os.fdatasync(fd)
+        partial = self.folder / f".{RUN_FILE}.partial"
+        fd = _created(partial)
+        try:
+            write_all(fd, memoryview(text.encode()))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(partial, self.folder / RUN_FILE)
+        _sync_folder(self.folder)
 
     def finish(self) -> str | None:
         """Wait until every queued drain is written; why writing failed, if it did."""
@@ -140,55 +185,225 @@ class Spill:
         self._writer.join()
         return self.failed
 
-    def drains(self) -> Iterator[Drained]:
+    def drains(self) -> Drains:
         """The drains kept (those written whole), in order; after finish()."""
         assert not self._writer.is_alive(), "finish() first"
         return read_drains(self.folder, self.dtypes)
 
-    def remove(self) -> None:
+    def close(self) -> None:
+        """Stop writing and let the folder go (its lock with it), kept for `recover`."""
         self.finish()
-        for fd in [*self.fds.values(), self.index_fd]:
-            os.close(fd)
+        if self.lock_fd >= 0:
+            for fd in [*self.fds.values(), self.index_fd, self.lock_fd]:
+                os.close(fd)
+            self.lock_fd = -1
+
+    def remove(self) -> None:
+        self.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def read_drains(folder: Path, dtypes: dict[str, np.dtype]) -> Iterator[Drained]:
-    """The drains written whole to a records folder, in order."""
-    index = np.fromfile(folder / INDEX_FILE, np.int64)
-    rows = index[:len(index) // len(dtypes) * len(dtypes)].reshape(-1, len(dtypes))
-    for (name, dtype), count in zip(dtypes.items(), rows.sum(axis=0).tolist(), strict=True):
-        path = folder / f"{name}.bin"
-        if path.stat().st_size < count * dtype.itemsize:
-            raise ProfinferError(f"{path} holds fewer records than {folder / INDEX_FILE} says: "
-                                 "the folder was changed after the recorder wrote it")
-    files = {name: (folder / f"{name}.bin").open("rb") for name in dtypes}
+@dataclass
+class Drains:
+    """The drains a records folder holds whole, read back in order as they are iterated (once)."""
+
+    folder: Path
+    files: dict[str, io.BufferedReader]
+    dtypes: dict[str, np.dtype]
+    rows: np.ndarray
+    """Each drain's records of each kind."""
+    cut: int
+    """Drains at the end of the index whose records the data files lack (cut short)."""
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run's trace says of drains that were cut off."""
+        if not self.cut:
+            return []
+        return [f"the records of the run's last {self.cut} drains were cut off (the files hold "
+                f"fewer than {INDEX_FILE} says): the trace ends before them"]
+
+    def __iter__(self) -> Iterator[Drained]:
+        try:
+            for row in self.rows.tolist():
+                yield Drained(**{name: self._read(name, count)
+                                 for name, count in zip(self.dtypes, row, strict=True)})
+        finally:
+            for file in self.files.values():
+                file.close()
+
+    def _read(self, name: str, count: int) -> np.ndarray:
+        size = count * self.dtypes[name].itemsize
+        data = self.files[name].read(size)
+        if len(data) < size:
+            raise ProfinferError(f"{self.folder / name}.bin was cut short while it was read")
+        return np.frombuffer(data, self.dtypes[name])
+
+
+def read_drains(folder: Path, dtypes: dict[str, np.dtype]) -> Drains:
+    """The drains written whole to a records folder, in order: those its index has but the data
+    files lack (cut short) are left out, and counted."""
+    rows = _index(folder, len(dtypes))
+    files: dict[str, io.BufferedReader] = {}
     try:
-        for row in rows.tolist():
-            yield Drained(**{name: np.frombuffer(files[name].read(count * dtype.itemsize), dtype)
-                             for (name, dtype), count in zip(dtypes.items(), row, strict=True)})
-    finally:
+        for name in dtypes:
+            fd = _opened(folder, f"{name}.bin")
+            if fd is None:
+                raise ProfinferError(f"{folder} has no {name}.bin: it is not a folder of records")
+            files[name] = os.fdopen(fd, "rb")
+        held = np.array([os.fstat(file.fileno()).st_size // dtypes[name].itemsize
+                         for name, file in files.items()], np.int64)
+        whole = _whole(rows, held, folder / INDEX_FILE)
+        if whole == 0 < len(rows):
+            short = next(name for name, n, h in zip(dtypes, rows[0], held, strict=True) if n > h)
+            raise ProfinferError(f"{folder / short}.bin holds fewer records than {INDEX_FILE} "
+                                 "says even for the first drain: the folder was changed after "
+                                 "the recorder wrote it")
+    except BaseException:
         for file in files.values():
             file.close()
+        raise
+    return Drains(folder, files, dtypes, rows[:whole], len(rows) - whole)
+
+
+def _index(folder: Path, kinds: int) -> np.ndarray:
+    """INDEX_FILE's whole rows (a row cut short by a kill left out)."""
+    fd = _opened(folder, INDEX_FILE)
+    if fd is None:
+        raise ProfinferError(f"{folder} has no {INDEX_FILE}: it is not a folder of records")
+    with os.fdopen(fd, "rb") as file:
+        data = file.read()
+    row = kinds * np.dtype(np.int64).itemsize
+    return np.frombuffer(data[:len(data) // row * row], np.int64).reshape(-1, kinds)
+
+
+def _whole(rows: np.ndarray, held: np.ndarray, index: Path) -> int:
+    """How many of the index's first rows the data files hold whole (`held`: the records each
+    file holds, at most 2**60, so that no sum below overflows before it passes them)."""
+    if (rows < 0).any():
+        raise ProfinferError(f"{index} holds negative counts: it is not an index of drains")
+    fits = (rows <= held).all(axis=1)
+    first = len(rows) if fits.all() else int(np.argmin(fits))
+    over = (np.cumsum(rows[:first], axis=0) > held).any(axis=1)
+    return int(np.argmax(over)) if over.any() else first
+
+
+@contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold a records folder's lock while its records are read (and removed): a folder a
+    recorder still writes is refused."""
+    fd = _opened(folder, LOCK_FILE)
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ProfinferError(f"a recorder is still writing {folder}: it writes the "
+                                     "trace itself once it ends (Ctrl-C ends it)") from None
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def left_run(folder: Path) -> Run:
     """The run as known at the last drain a recorder wrote whole to `folder` (one it left when
     it was killed)."""
-    if not folder.is_dir():
-        raise ProfinferError(f"{folder} does not exist: there are no records to recover")
-    try:
-        doc = json.loads((folder / RUN_FILE).read_text())
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"format {doc.get('format')}")
-        run = _typed(Run, doc["run"])
-    except FileNotFoundError:
+    fd = _opened(folder, RUN_FILE)
+    if fd is None:
         raise ProfinferError(f"{folder} holds no drain written whole: there is nothing to "
-                             "recover") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+                             "recover")
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(RUN_MAX_BYTES + 1)
+    try:
+        if len(data) > RUN_MAX_BYTES:
+            raise ValueError(f"over {RUN_MAX_BYTES} bytes")
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ValueError("another format")
+        run = _typed(Run, doc["run"])
+        if len(run.counters) > MAX_COUNTERS:
+            raise ValueError(f"{len(run.counters)} counters")
+    except (ValueError, KeyError, TypeError, AttributeError, ArithmeticError,
+            RecursionError) as exc:
         raise ProfinferError(f"{folder / RUN_FILE} is not a run this version of "
                              f"profinfer-perfetto wrote ({exc})") from None
     assert isinstance(run, Run)
     return run
+
+
+def _opened(folder: Path, name: str) -> int | None:
+    """A file of a records folder opened to read (None if it has none), once the folder and the
+    file are found to be the recorder's own: no symlink, a regular file of one name, belonging
+    to root or to the user who runs the command, that no one else can write."""
+    try:
+        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ProfinferError(f"{folder} does not exist: there are no records to recover") from None
+    except OSError as exc:
+        raise ProfinferError(f"cannot read {folder} as a folder of records ({exc.strerror}; "
+                             "a symlink is not read)") from None
+    try:
+        _check_owned(folder, os.fstat(folder_fd), stat.S_IFDIR)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ProfinferError(f"cannot read {folder / name} ({exc.strerror}): it is not a "
+                             "recorder's file") from None
+    finally:
+        os.close(folder_fd)
+    try:
+        _check_owned(folder / name, os.fstat(fd), stat.S_IFREG)
+    except ProfinferError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_owned(path: Path, st: os.stat_result, kind: int) -> None:
+    user = _invoking_user()
+    if stat.S_IFMT(st.st_mode) != kind or (kind == stat.S_IFREG and st.st_nlink != 1):
+        raise ProfinferError(f"{path} is not a recorder's: a recorder makes a folder of regular "
+                             "files, each of one name")
+    if st.st_uid not in (0, user):
+        raise ProfinferError(f"{path} belongs to uid {st.st_uid}, neither root nor the user "
+                             f"who runs this (uid {user}): it is not read")
+    if st.st_mode & 0o022:
+        raise ProfinferError(f"{path} can be written by other users (mode "
+                             f"{stat.S_IMODE(st.st_mode):o}): it is not read")
+
+
+def _invoking_user() -> int:
+    """The user who ran the command: the one sudo was run by, else the effective user."""
+    sudo = os.environ.get("SUDO_UID", "")
+    return int(sudo) if sudo.isdigit() else os.geteuid()
+
+
+def make_durable(files: Iterable[Path]) -> None:
+    """Flush written files and the folders that name them to the disk (before the records they
+    were written from are removed): a crash of the machine keeps them."""
+    paths = list(files)
+    try:
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for folder in {path.parent for path in paths}:
+            _sync_folder(folder)
+    except OSError as exc:
+        raise ProfinferError(f"cannot write {exc.filename}: {exc.strerror}") from None
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _plain(value: Any) -> Any:
@@ -231,7 +446,9 @@ def _typed(hint: Any, value: Any) -> Any:
 
 
 def _created(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """A new file only its owner can read."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   0o600)
 
 
 def _size(drained: Drained) -> int:

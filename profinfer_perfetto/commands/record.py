@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.recorder import (
+    Recording,
     RecordRequest,
     plan,
     program_of,
@@ -17,7 +18,7 @@ from profinfer_perfetto.capture.recorder import (
     require_root,
 )
 from profinfer_perfetto.capture.sched import sched_text
-from profinfer_perfetto.capture.spill import Spill, spill_path
+from profinfer_perfetto.capture.spill import Spill, make_durable, spill_path
 from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
@@ -99,14 +100,36 @@ class RecordCommand:
             recording = record(self.request, probe_plan, self._attached, spill)
             if (failed := spill.finish()) is not None:
                 raise ProfinferError(f"{failed}: no trace written")
-            stream = write_trace(self.output, spill.drains(), recording)
-        finally:
-            spill.remove()
+            drains = spill.drains()
+            stream = write_trace(self.output, drains, noted(recording, drains.notes))
+            make_durable(stream.files)
+        except BaseException as exc:
+            self._keep(spill, exc)
+            raise
+        spill.remove()
         return report_written(stream)
+
+    def _keep(self, spill: Spill, exc: BaseException) -> None:
+        """The capture or the trace's writing failed: keep the drains written whole for
+        `recover` (and say so), or nothing if there are none."""
+        spill.close()
+        if not spill.written:
+            spill.remove()
+            return
+        kept = (f"the run's records stay in {spill.folder}, from which `profinfer-perfetto "
+                f"recover {self.output}` writes its trace")
+        if isinstance(exc, ProfinferError):
+            raise ProfinferError(f"{exc}; {kept}") from None
+        print(f"profinfer-perfetto: {kept}", file=sys.stderr, flush=True)
 
     def _attached(self, pid: int) -> None:
         print(f"profinfer-perfetto: tracing pid {pid}; Ctrl-C stops and writes {self.output}",
               file=sys.stderr, flush=True)
+
+
+def noted(recording: Recording, notes: list[str]) -> Recording:
+    """The recording with `notes` added to its run's."""
+    return replace(recording, run=replace(recording.run, notes=[*recording.run.notes, *notes]))
 
 
 def report_written(stream: TraceStream) -> int:

@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from profinfer_perfetto.capture.recorder import Recording, drained_dtypes
-from profinfer_perfetto.capture.spill import left_run, read_drains, spill_path
+from profinfer_perfetto.capture.spill import (
+    left_run,
+    locked,
+    make_durable,
+    read_drains,
+    spill_path,
+)
 from profinfer_perfetto.commands.record import report_written
 from profinfer_perfetto.encode.output import check_writable
 from profinfer_perfetto.encode.stream import write_trace
@@ -26,13 +32,17 @@ class RecoverCommand:
 
     def run(self) -> int:
         folder = spill_path(self.output)
-        run = left_run(folder)
-        check_writable(self.output)
-        run = replace(run, status=RECOVERED, notes=[
-            *run.notes, "recovered from the records a killed recorder left: the run up to the "
-            "last drain it wrote whole; events lost to full rings are not known"])
-        dtypes = drained_dtypes(len(run.counters))
-        ended = Recording(np.empty(0, dtypes["events"]), np.empty(0, dtypes["nodes"]), run)
-        stream = write_trace(self.output, read_drains(folder, dtypes), ended)
-        shutil.rmtree(folder)
+        with locked(folder):
+            run = left_run(folder)
+            check_writable(self.output)
+            dtypes = drained_dtypes(len(run.counters))
+            drains = read_drains(folder, dtypes)
+            run = replace(run, status=RECOVERED, notes=[
+                *run.notes, "recovered from the records a killed recorder left: the run up to "
+                "the last drain it wrote whole; events lost to full rings are not known",
+                *drains.notes])
+            ended = Recording(np.empty(0, dtypes["events"]), np.empty(0, dtypes["nodes"]), run)
+            stream = write_trace(self.output, drains, ended)
+            make_durable(stream.files)
+            shutil.rmtree(folder)
         return report_written(stream)

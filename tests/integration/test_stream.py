@@ -96,7 +96,8 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
     """Recording into a 4 MiB filesystem (the run's trace takes about 6 MB, its records about
     60 MB; a chunk, at most QUEUED_DRAINS drains, about 0.1 MB): one sentence and exit 2, and the
     target is not left stopped; streamed, the trace holds the whole chunks that fit; by default
-    (the records kept on disk until the run ends), no trace and no records are left."""
+    (the records kept on disk until the run ends), no trace, and the records that fit stay for
+    `recover`, as the sentence says."""
     with _small_disk(tmp_path, "4m") as disk:
         out = disk / "run.pftrace"
         result = cli("record", "-o", out, *(["--stream"] if stream else []), "--",
@@ -108,7 +109,8 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
         pid = int(result.stderr.split("tracing pid ")[1].split(";")[0])
         assert not _is_stopped(pid)
         if not stream:
-            assert not list(disk.iterdir())
+            assert "profinfer-perfetto recover" in said
+            assert [p.name for p in disk.iterdir()] == ["run.pftrace.records"]
             return
         for engine in ENGINES:
             with TraceQuery(out, engine) as q:

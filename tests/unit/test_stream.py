@@ -183,6 +183,7 @@ def test_a_killed_recorders_records_are_recovered_up_to_the_last_whole_drain(
     for drained in drains[:5]:
         assert spill(drained, rec.run) is None
     assert spill.finish() is None
+    spill.close()  # the kill lets the recorder's lock go
     folder = spill.folder
     with (folder / "events.bin").open("ab") as f:  # the kill, half-way through drain 6
         f.write(drains[5].events.tobytes()[:100])
@@ -224,6 +225,7 @@ def test_recover_says_what_is_wrong_in_one_sentence(tmp_path: Path) -> None:
     for drained in _drains(rec, 3):
         spill(drained, rec.run)
     spill.finish()
+    spill.close()
     os.truncate(spill.folder / "events.bin", 64)
     with pytest.raises(ProfinferError, match="holds fewer records than"):
         RecoverCommand(output).run()
