@@ -1,0 +1,58 @@
+"""SIGINT, SIGTERM and SIGHUP end a command as Ctrl-C does (profinfer_perfetto/signals.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from profinfer_perfetto import signals
+
+
+def _to_self(sig: int) -> None:
+    """Send `sig` to this process and give Python a bytecode to run its handler at."""
+    os.kill(os.getpid(), sig)
+    signal.getsignal(sig)
+
+
+@pytest.mark.parametrize("sig", signals.SIGNALS)
+def test_each_signal_raises_a_keyboard_interrupt(sig: int) -> None:
+    before = signal.getsignal(sig)
+    with pytest.raises(KeyboardInterrupt) as raised, signals.handled():
+        _to_self(sig)
+    assert isinstance(raised.value, signals.Interrupted) and raised.value.signum == sig
+    assert signal.getsignal(sig) == before
+
+
+def test_a_signal_started_ignored_stays_ignored() -> None:
+    """As under `nohup`."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with signals.handled():
+            _to_self(signal.SIGHUP)
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_noted_raises_nothing() -> None:
+    with signals.handled(), signals.noted() as note:
+        _to_self(signal.SIGTERM)
+        assert note.signal == signal.SIGTERM
+
+
+def test_deferred_raises_once_the_block_ran_whole() -> None:
+    ran = []
+    with pytest.raises(signals.Interrupted), signals.handled(), signals.deferred():
+        _to_self(signal.SIGHUP)
+        ran.append("rest of the block")
+    assert ran == ["rest of the block"]
+
+
+def test_deferred_within_noted_notes_it_there() -> None:
+    with signals.handled(), signals.noted() as note:
+        with signals.deferred():
+            _to_self(signal.SIGTERM)
+        assert note.signal == signal.SIGTERM
+
