@@ -1,13 +1,16 @@
-"""SIGINT, SIGTERM and SIGHUP end a command as Ctrl-C does (profinfer_perfetto/signals.py)."""
+"""SIGINT, SIGTERM and SIGHUP end a command as Ctrl-C does (profinfer_perfetto/signals.py), and a
+launched command held before its exec never runs if the recorder is gone first."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 from profinfer_perfetto import signals
+from profinfer_perfetto.capture.recorder import _launch_paused
 
 
 def _to_self(sig: int) -> None:
@@ -56,3 +59,11 @@ def test_deferred_within_noted_notes_it_there() -> None:
             _to_self(signal.SIGTERM)
         assert note.signal == signal.SIGTERM
 
+def test_a_held_command_does_not_run_once_the_recorder_is_gone(tmp_path: Path) -> None:
+    """The recorder dies before it releases the command: the held child reads the end of its
+    pipe, not the go byte, and exits without running the command unprofiled."""
+    ran = tmp_path / "ran"
+    proc, go = _launch_paused(["touch", str(ran)])
+    os.close(go)  # what the recorder's death does
+    assert proc.wait(timeout=60) != 0
+    assert not ran.exists()
