@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.watch import process_state
 from tests import trace_reader
@@ -122,6 +124,23 @@ def test_a_setup_failure_after_the_stop_ends_the_target(tmp_path: Path,
     leftovers.extend((llama, tee))
     assert result.returncode == 2, result.stderr
     assert "NO_SUCH_OP is no op of ggml" in result.stderr
+    assert ended(llama)
+    assert process_state(tee) != "T"
+
+
+def test_a_malformed_elf_after_the_stop_ends_the_target(tmp_path: Path, leftovers: list[int],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only a ProfinferError: whatever the probe plan raises once the target is stopped
+    (struct.error from a file that is not the ELF it claims to be, here) ends it."""
+    def malformed(objects: list[Path]) -> None:
+        raise struct.error("unpack requires a buffer of 64 bytes")
+
+    monkeypatch.setattr(target, "plan_probes", malformed)
+    request = RecordRequest(command=wrapped(tmp_path))
+    with pytest.raises(struct.error):
+        record(request, plan(request))
+    llama, tee = wrapped_pids(tmp_path)
+    leftovers.extend((llama, tee))
     assert ended(llama)
     assert process_state(tee) != "T"
 
