@@ -1,16 +1,18 @@
-"""SIGINT, SIGTERM and SIGHUP end a command as Ctrl-C does (profinfer_perfetto/signals.py), and a
-launched command held before its exec never runs if the recorder is gone first."""
+"""SIGINT, SIGTERM and SIGHUP end a command as Ctrl-C does (profinfer_perfetto/signals.py, run by
+cli.main), and a launched command held before its exec never runs if the recorder is gone first."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from profinfer_perfetto import signals
 from profinfer_perfetto.capture.recorder import _launch_paused
+from tests.unit.test_open import finished, free_port, serving
 
 
 def _to_self(sig: int) -> None:
@@ -67,3 +69,25 @@ def test_a_held_command_does_not_run_once_the_recorder_is_gone(tmp_path: Path) -
     os.close(go)  # what the recorder's death does
     assert proc.wait(timeout=60) != 0
     assert not ran.exists()
+
+
+# The CLI with SIGTERM and SIGHUP at their defaults even where the test runner ignores them (as
+# under nohup): a child inherits an ignored signal, and the CLI then leaves it ignored.
+LAUNCH_DEFAULTS = (sys.executable, "-c", "import signal; "
+                   "signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+                   "signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                   "from profinfer_perfetto.cli import main; main()")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP],
+                         ids=lambda sig: signal.Signals(sig).name)
+def test_a_command_ends_on_sigterm_and_sighup_as_on_ctrl_c(sig: int, tmp_path: Path) -> None:
+    """`open`, serving until the UI fetches the trace, stands in for every command."""
+    trace = tmp_path / "run.pftrace"
+    trace.write_bytes(bytes(1000))
+    with serving(trace, "--no-browser", "--port", str(free_port()),
+                 launch=LAUNCH_DEFAULTS) as (proc, _):
+        proc.send_signal(sig)
+        code, _, err = finished(proc)
+    assert code == 130
+    assert "Traceback" not in err
