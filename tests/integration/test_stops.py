@@ -26,7 +26,6 @@ from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.watch import process_state
 from tests import trace_reader
-from tests.conftest import run_cli
 from tests.integration.test_launch import PROMPT, completion
 from tests.integration.test_record import record_slice, start_recorder
 
@@ -75,6 +74,20 @@ sys.exit(os.waitstatus_to_exitcode(status))
 '''
 
 
+# The CLI with SIGINT, SIGTERM and SIGHUP at their defaults even where the test runner ignores
+# them (a background job, nohup): a child inherits an ignored signal and the CLI leaves it so.
+RECORDER = (sys.executable, "-c", "import signal\n"
+            "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
+            "    signal.signal(s, signal.SIG_DFL)\n"
+            "from profinfer_perfetto.cli import main\n"
+            "main()", "record")
+
+
+def run_recorder(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RECORDER, *map(str, args)], capture_output=True, text=True,
+                          errors="replace", timeout=240, stdin=subprocess.DEVNULL, check=False)
+
+
 def wrapped(tmp_path: Path, sig: int = 0) -> list[str]:
     """The command that runs a static llama.cpp | tee tmp_path/log through WRAPPER, which sends
     `sig` (if any) to the recorder while both processes are stopped."""
@@ -106,7 +119,7 @@ def leftovers() -> Iterator[list[int]]:
 def test_every_process_of_a_batch_of_stops_is_resumed(tmp_path: Path,
                                                       leftovers: list[int]) -> None:
     out = tmp_path / "run.pftrace"
-    result = run_cli("record", "-o", out, "--", *wrapped(tmp_path), timeout=240)
+    result = run_recorder("-o", out, "--", *wrapped(tmp_path))
     leftovers.extend(wrapped_pids(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "the tee was left stopped" not in result.stderr
@@ -118,8 +131,8 @@ def test_a_setup_failure_after_the_stop_ends_the_target(tmp_path: Path,
                                                         leftovers: list[int]) -> None:
     """An op name ggml does not know is found out once the runtime is found, the target
     stopped: the target is killed, the rest of the command resumed, nothing left stopped."""
-    result = run_cli("record", "--ops", "NO_SUCH_OP", "-o", tmp_path / "run.pftrace", "--",
-                     *wrapped(tmp_path), timeout=240)
+    result = run_recorder("--ops", "NO_SUCH_OP", "-o", tmp_path / "run.pftrace", "--",
+                          *wrapped(tmp_path))
     llama, tee = wrapped_pids(tmp_path)
     leftovers.extend((llama, tee))
     assert result.returncode == 2, result.stderr
@@ -151,8 +164,7 @@ def test_a_signal_while_watching_leaves_nothing_stopped(sig: int, tmp_path: Path
                                                        leftovers: list[int]) -> None:
     """The signal comes while the recorder has two stopped processes to look at: it ends the
     launched command (those two included) and exits as on Ctrl-C."""
-    result = run_cli("record", "-o", tmp_path / "run.pftrace", "--", *wrapped(tmp_path, sig),
-                     timeout=240)
+    result = run_recorder("-o", tmp_path / "run.pftrace", "--", *wrapped(tmp_path, sig))
     llama, tee = wrapped_pids(tmp_path)
     leftovers.extend((llama, tee))
     assert result.returncode == 130, result.stderr
@@ -176,9 +188,8 @@ def test_sigterm_while_the_probes_compile_ends_the_launched_target(
     SIGTERM meanwhile ends the command before it ran, and no trace is written."""
     out = tmp_path / "run.pftrace"
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out), "--",
-         *completion()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        errors="replace")
+        [*RECORDER, "-o", str(out), "--", *completion()], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, errors="replace")
     child = _held_child(recorder)
     leftovers.append(child)
     recorder.send_signal(signal.SIGTERM)
