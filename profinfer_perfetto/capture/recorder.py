@@ -38,7 +38,13 @@ from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, scheduling
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
 from profinfer_perfetto.capture.target import Probe, ProbePlan
-from profinfer_perfetto.capture.watch import Watcher, loader_probe, process_state, resume
+from profinfer_perfetto.capture.watch import (
+    Watcher,
+    loader_probe,
+    process_state,
+    resume,
+    send,
+)
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.machine.peaks import Peak
 
@@ -222,10 +228,8 @@ class _Launched:
     def _signal(self, sig: int) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        if self._found_runs():
-            assert self.found is not None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.found, sig)
+        if self.found is not None and self._found_runs():
+            send(self.found, sig)
 
     def _found_runs(self) -> bool:
         return self.found is not None and self.found != self.proc.pid and _runs(self.found)

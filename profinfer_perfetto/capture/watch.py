@@ -95,8 +95,7 @@ class Watcher:
             time.sleep(DRAIN_AFTER_CLOSE_S)
             self._held.update(self._ring.read()["tgid"].tolist())
             for tgid in self._held:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(tgid, signal.SIGKILL if end else signal.SIGCONT)
+                send(tgid, signal.SIGKILL if end else signal.SIGCONT)
             self._held.clear()
             self._ring.close()
             self._bpf.cleanup()
@@ -110,8 +109,13 @@ class Watcher:
 
 
 def resume(tgid: int) -> None:
+    send(tgid, signal.SIGCONT)
+
+
+def send(tgid: int, sig: int) -> None:
+    """Send a signal to a process, if it is still there."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(tgid, signal.SIGCONT)
+        os.kill(tgid, sig)
 
 
 def process_state(pid: int) -> str | None:
