@@ -30,6 +30,7 @@ from profinfer_perfetto.encode.stream import Rotation
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.machine import peaks
 from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
+from profinfer_perfetto.signals import handled
 
 app = typer.Typer(
     add_completion=False,
@@ -377,7 +378,8 @@ def main() -> None:
     and 2, anything unexpected its traceback and 3 (never 1, which `check` means as a
     regression)."""
     try:
-        app()
+        with handled():  # SIGTERM and SIGHUP end it as Ctrl-C does: docs/signals.md
+            app()
     except ProfinferError as exc:
         print(f"profinfer-perfetto: {exc}", file=sys.stderr)
         sys.exit(ExitCode.BAD_INPUT)

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Protocol
 
 import numpy as np
 
+from profinfer_perfetto import signals
 from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.code import require_host
 from profinfer_perfetto.capture.events import (
@@ -39,7 +39,13 @@ from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, scheduling
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
 from profinfer_perfetto.capture.target import Probe, ProbePlan
-from profinfer_perfetto.capture.watch import Watcher, loader_probe, resume
+from profinfer_perfetto.capture.watch import (
+    Watcher,
+    loader_probe,
+    process_state,
+    resume,
+    send,
+)
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.machine.peaks import Peak
 
@@ -49,6 +55,8 @@ RUNTIME_WAIT_S = 30.0
 WATCH_POLL_S = 0.05
 STEER_WAIT_S = 0.2
 """--detach: the longest the steering thread sleeps before it looks whether to stop."""
+END_WAIT_S = 10.0
+"""How long a launched command has to end on the signal the recorder sends it, before SIGKILL."""
 INNER_WAIT_PROBES = frozenset({"inner_wait_begin", "inner_wait_end"})
 BARRIER_PROBES = frozenset({"barrier_enter"}) | INNER_WAIT_PROBES
 OP_PROBES = frozenset({"op_begin", "fused_op_begin"}) | BARRIER_PROBES
@@ -154,30 +162,17 @@ def boot_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
-class _Stop:
-    """Set by SIGINT or SIGTERM to the recorder; the capture then finalises."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
-
-    def __enter__(self) -> _Stop:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.signal = signum
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-# Run in the child: wait for a byte on the pipe, then become the command (same PID).
-_HOLD_THEN_EXEC = (
-    "import os, sys; os.read(int(sys.argv[1]), 1); os.execvp(sys.argv[2], sys.argv[2:])"
-)
+# Run in the child: wait for the go byte on the pipe, then become the command (same PID). If
+# the recorder is gone first (end of file), exit instead: the command never runs unprofiled.
+# A Ctrl-C meanwhile ends it quietly (the recorder, which gets it too, says what happened).
+_HOLD_THEN_EXEC = """
+import os, signal, sys
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+if os.read(int(sys.argv[1]), 1) != b"g":
+    sys.exit(f"profinfer-perfetto: the recorder ended first: {sys.argv[2]} not run")
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
 
 def _launch_paused(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
@@ -188,6 +183,7 @@ def _launch_paused(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
             [sys.executable, "-c", _HOLD_THEN_EXEC, str(read_fd), *command], pass_fds=(read_fd,)
         )
     except OSError as exc:
+        os.close(write_fd)
         raise ProfinferError(f"cannot run {command[0]}: {exc.strerror}") from exc
     finally:
         os.close(read_fd)
@@ -195,15 +191,23 @@ def _launch_paused(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
 
 
 class _Launched:
-    """A launched command, held before its exec until `release`."""
+    """A launched command, held before its exec until `release`. `found`: in watch mode, the
+    process of it that maps the runtime, held stopped until the probes are in place."""
 
     def __init__(self, command: list[str]) -> None:
         self.command = command
         self.proc, self._go = _launch_paused(command)
+        self.found: int | None = None
 
     def release(self) -> None:
-        os.write(self._go, b"g")
-        os.close(self._go)
+        with contextlib.suppress(BrokenPipeError):  # it was killed: ended() says so
+            os.write(self._go, b"g")
+        self._close_go()
+
+    def _close_go(self) -> None:
+        if self._go >= 0:
+            os.close(self._go)
+            self._go = -1
 
     def ended(self) -> str | None:
         """How the command ended, or None while it runs."""
@@ -214,15 +218,42 @@ class _Launched:
             return f"target killed by {signal.Signals(-code).name}"
         return "complete" if code == 0 else f"target exited with code {code}"
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
+    def end(self, sig: int) -> None:
+        """End the command: `sig` to it (and to the process found in it), then SIGKILL to
+        whatever of them still runs END_WAIT_S later; returns once they have ended."""
+        self._close_go()  # held before its exec, it exits at once
+        self._signal(sig)
+        if not self._ended_by(time.monotonic() + END_WAIT_S):
+            self._signal(signal.SIGKILL)
+            self._ended_by(time.monotonic() + END_WAIT_S)
         self.proc.wait()
 
+    def _signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        if self.found is not None and self._found_runs():
+            send(self.found, sig)
 
-def _runtime_of(watcher: Watcher, tgid: int, reason: int,
-                extra: list[Path]) -> ProbePlan | None:
-    """The probe plan for a stopped process of the tree, if it has mapped the runtime."""
+    def _found_runs(self) -> bool:
+        return self.found is not None and self.found != self.proc.pid and _runs(self.found)
+
+    def _ended_by(self, deadline: float) -> bool:
+        """Wait until the command and the process found in it have ended, or the deadline."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(max(deadline - time.monotonic(), 0))
+        while self._found_runs() and time.monotonic() < deadline:
+            time.sleep(WATCH_POLL_S)
+        return self.proc.poll() is not None and not self._found_runs()
+
+
+def _runs(pid: int) -> bool:
+    """The process is there and not yet ended (a zombie has ended)."""
+    return process_state(pid) not in (None, "Z", "X")
+
+
+def _objects_at_stop(watcher: Watcher, tgid: int, reason: int) -> list[Path] | None:
+    """The objects a stopped process of the tree maps (None if it is gone already); from its
+    exec on, its dynamic loader's reports stop it too."""
     try:
         objects = target.objects_of_process(tgid, [])
     except ProfinferError:  # it is gone already
@@ -231,18 +262,12 @@ def _runtime_of(watcher: Watcher, tgid: int, reason: int,
         loader = target.loader_in(objects)
         if loader is not None:
             watcher.watch_loader(loader_probe(loader))
-    if not target.runtime_in(objects):
-        return None
-    try:
-        return target.plan_probes(objects + extra)
-    except ProfinferError:
-        os.kill(tgid, signal.SIGKILL)
-        raise
+    return objects
 
 
 def _await_runtime(launched: _Launched, request: RecordRequest) -> tuple[int, ProbePlan]:
     """Release the command and follow its processes until one maps the ggml runtime; that
-    process is returned stopped, before any of the runtime's code ran."""
+    process (`launched.found`) is returned stopped, before any of the runtime's code ran."""
     wait_s = request.duration_s or RUNTIME_WAIT_S
     deadline = time.monotonic() + wait_s
     name = Path(launched.command[0]).name
@@ -250,10 +275,13 @@ def _await_runtime(launched: _Launched, request: RecordRequest) -> tuple[int, Pr
         launched.release()
         while True:
             for tgid, reason in watcher.stops(WATCH_POLL_S).tolist():
-                found = _runtime_of(watcher, tgid, reason, list(request.libs))
-                if found is not None:
-                    return tgid, found
-                resume(tgid)
+                objects = _objects_at_stop(watcher, tgid, reason)
+                if objects is None or not target.runtime_in(objects):
+                    watcher.resume(tgid)
+                    continue
+                launched.found = tgid  # before take(): held by one of them at every moment
+                watcher.take(tgid)
+                return tgid, target.plan_probes(objects + list(request.libs))
             ended = launched.ended()
             if ended is not None:
                 raise ProfinferError(f"{name} ended ({ended}) without loading the ggml runtime: "
@@ -269,66 +297,89 @@ def record(
     on_attached: Callable[[int], None] | None = None,
     sink: Sink | None = None,
 ) -> Recording:
-    """Capture until the target ends, the duration passes or the recorder gets SIGINT/SIGTERM.
+    """Capture until the target ends, the duration passes or the recorder gets SIGINT, SIGTERM
+    or SIGHUP.
 
     With no `probe_plan` (the runtime is not among the command's own files: a wrapper, an
     interpreter, a dlopened backend) the command is followed until one of its processes maps
     the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
     place, before the target runs on. With a `sink`, each drain goes there as it comes and the
     Recording returned holds the run only; else it holds every record.
+
+    A launched command is ended (SIGKILL) if anything fails or a signal comes before the
+    capture begins, and (the signal passed on, or SIGTERM) if the capture fails or a signal
+    ends it: docs/signals.md.
     """
     require_root()
-    launched = _Launched(request.command) if request.command else None
-    watched = launched is not None and probe_plan is None
-    try:
-        if probe_plan is None:
-            assert launched is not None, "plan() plans a running process from its memory map"
-            pid, probe_plan = _await_runtime(launched, request)
-        elif launched is None:
-            assert request.pid is not None
-            pid = request.pid
-            if not target.is_alive(pid):
-                raise ProfinferError(f"no process with PID {pid}")
-        else:
-            pid = launched.proc.pid
-        session = _session(request, probe_plan)
-    except BaseException:
-        if launched is not None:
-            launched.kill()
-        raise
-    with session, _Stop() as stop:
+    with signals.handled(), contextlib.ExitStack() as stack:
+        launched = _Launched(request.command) if request.command else None
         try:
-            _attach(session, request.selection, probe_plan, pid)
-        except ProfinferError:
+            capture, kept = _prepare(stack, request, probe_plan, launched, sink)
+        except BaseException:
             if launched is not None:
-                if watched:
-                    os.kill(pid, signal.SIGKILL)
-                launched.kill()
+                with signals.deferred():
+                    launched.end(signal.SIGKILL)
             raise
-        named = launched is not None and not watched
-        kept = _Keep(len(request.counters))
-        with _sched_probes(request, pid) as (sched, sched_note):
-            capture = _Capture(session, request, probe_plan, pid, launched, named, sched,
-                               sink or kept)
-            if sched_note:
-                capture.extra_notes.append(sched_note)
-            if on_attached is not None:
-                on_attached(pid)
-            if watched:
-                resume(pid)
-            elif launched is not None:
-                launched.release()
-            run = capture.run(stop)
-            return Recording(
-                events=kept.joined("events"),
-                nodes=kept.joined("nodes"),
-                run=run,
-                op_stats=capture.op_stats,
-                routes=kept.joined("routes"),
-                sched=None if sched is None else scheduling(kept.joined("sched"),
-                                                            sched.cpus, run.sched_lost),
-                batches=kept.joined("batches"),
-            )
+        with signals.noted() as stop:  # from here on a signal ends the capture, written
+            try:
+                if on_attached is not None:
+                    on_attached(capture.pid)
+                _release(launched)
+                run = capture.run(stop)
+            except BaseException:
+                if launched is not None:
+                    launched.end(signal.SIGTERM)
+                raise
+        return Recording(
+            events=kept.joined("events"),
+            nodes=kept.joined("nodes"),
+            run=run,
+            op_stats=capture.op_stats,
+            routes=kept.joined("routes"),
+            sched=None if capture.sched is None else scheduling(
+                kept.joined("sched"), capture.sched.cpus, run.sched_lost),
+            batches=kept.joined("batches"),
+        )
+
+
+def _prepare(stack: contextlib.ExitStack, request: RecordRequest, probe_plan: ProbePlan | None,
+             launched: _Launched | None, sink: Sink | None) -> tuple[_Capture, _Keep]:
+    """Find the target, compile and attach the probes: the capture, ready to begin (a launched
+    target still held) and the sink that keeps the records when there is no `sink`."""
+    pid, probe_plan = _target(request, probe_plan, launched)
+    session = stack.enter_context(_session(request, probe_plan))
+    _attach(session, request.selection, probe_plan, pid)
+    sched, sched_note = stack.enter_context(_sched_probes(request, pid))
+    kept = _Keep(len(request.counters))
+    named = launched is not None and launched.found is None
+    capture = _Capture(session, request, probe_plan, pid, launched, named, sched, sink or kept)
+    if sched_note:
+        capture.extra_notes.append(sched_note)
+    return capture, kept
+
+
+def _target(request: RecordRequest, probe_plan: ProbePlan | None,
+            launched: _Launched | None) -> tuple[int, ProbePlan]:
+    """The process to probe and where the probes go."""
+    if probe_plan is None:
+        assert launched is not None, "plan() plans a running process from its memory map"
+        return _await_runtime(launched, request)
+    if launched is not None:
+        return launched.proc.pid, probe_plan
+    assert request.pid is not None
+    if not target.is_alive(request.pid):
+        raise ProfinferError(f"no process with PID {request.pid}")
+    return request.pid, probe_plan
+
+
+def _release(launched: _Launched | None) -> None:
+    """Let a launched target run on: resume the process found, or release the command."""
+    if launched is None:
+        return
+    if launched.found is not None:
+        resume(launched.found)
+    else:
+        launched.release()
 
 
 @contextlib.contextmanager
@@ -464,32 +515,34 @@ class _Capture:
         return self.sink(Drained(events, nodes, routes, batches, sched),
                          self.run_so_far("running"))
 
-    def until_end(self, stop: _Stop) -> str:
+    def until_end(self, stop: signals.Note) -> str:
         """Drain until the target ends, the duration passes or the recorder is stopped; how
         the capture ended."""
         duration = self.request.duration_s
         deadline = None if duration is None else time.monotonic() + duration
-        proc = None if self.launched is None else self.launched.proc
         while True:
             time.sleep(DRAIN_INTERVAL_S)
             refused = self.drain()
             if refused is not None:
+                self.end(signal.SIGTERM)
                 return f"capture stopped: {refused}"
             if self.launched is not None and (ended := self.launched.ended()) is not None:
                 return ended
             if self.launched is None and not target.is_alive(self.pid):
                 return "complete"
             if stop.signal is not None:
-                if proc is not None:
-                    proc.send_signal(stop.signal)
-                    proc.wait()
+                self.end(stop.signal)
                 return f"recorder stopped by {signal.Signals(stop.signal).name}"
             if deadline is not None and time.monotonic() >= deadline:
-                if proc is None:
+                if self.launched is None:
                     return "complete"
-                proc.terminate()
-                proc.wait()
+                self.end(signal.SIGTERM)
                 return "duration reached"
+
+    def end(self, sig: int) -> None:
+        """End a launched target (a target given by --pid runs on)."""
+        if self.launched is not None:
+            self.launched.end(sig)
 
     def steer(self, done: threading.Event) -> None:
         """With --detach: op probes attached only while a chosen step runs or is next.
@@ -511,7 +564,7 @@ class _Capture:
                 session.arm(False)
                 session.detach(op_probes)
 
-    def run(self, stop: _Stop) -> Run:
+    def run(self, stop: signals.Note) -> Run:
         """Capture until the end; the run as it went."""
         done = threading.Event()
         steerer = threading.Thread(target=self.steer, args=(done,), daemon=True)

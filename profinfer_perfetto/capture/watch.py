@@ -6,6 +6,10 @@ runtime in the files the command names. The watch program (probes/watch.bpf.c) s
 process of the command's tree when it executes a program and whenever its dynamic loader maps
 objects, before any of their code runs; `Watcher.stops` hands each stop to the recorder, which
 reads the process's memory map, and either attaches the op probes there or resumes it.
+
+Every process the watch program stops is held by the `Watcher` until the recorder resumes it or
+takes it (the one it probes): closing the watcher resumes every process still held, or, when
+the recorder is ending the launched command (a failure or a signal), kills it (docs/signals.md).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.session import UprobeAttacher, import_bcc
 from profinfer_perfetto.capture.target import LOADER_SYMBOL, Probe
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.signals import deferred
 
 DRAIN_AFTER_CLOSE_S = 0.005
 """After the tree is emptied, how long a probe that already chose to stop a process has to say
@@ -56,6 +61,7 @@ class Watcher:
         self._poll.register(fd, select.POLLIN)
         self._attach = UprobeAttacher()
         self._loaders: set[tuple[int, int]] = set()
+        self._held: set[int] = set()
 
     def watch_loader(self, probe: Probe) -> None:
         """Stop the tree's processes at this dynamic loader's reports (once per loader file)."""
@@ -66,30 +72,60 @@ class Watcher:
         self._loaders.add((st.st_dev, st.st_ino))
 
     def stops(self, timeout_s: float) -> np.ndarray:
-        """The stops since the last call (STOP records), waiting up to `timeout_s` for one."""
+        """The stops since the last call (STOP records), waiting up to `timeout_s` for one; each
+        process stopped is held until `resume` or `take`."""
         self._poll.poll(timeout_s * 1000)
-        return self._ring.read()
+        stops = self._ring.read()
+        self._held.update(stops["tgid"].tolist())
+        return stops
 
-    def close(self) -> None:
-        """Stop following the tree, and resume every process still stopped for us."""
-        self._tree.clear()
-        time.sleep(DRAIN_AFTER_CLOSE_S)
-        for tgid in self._ring.read()["tgid"].tolist():
-            resume(tgid)
-        self._ring.close()
-        self._bpf.cleanup()
+    def resume(self, tgid: int) -> None:
+        self._held.discard(tgid)
+        resume(tgid)
+
+    def take(self, tgid: int) -> None:
+        """Hand a stopped process over to the caller, who resumes or ends it."""
+        self._held.discard(tgid)
+
+    def close(self, end: bool = False) -> None:
+        """Stop following the tree, and resume every process still stopped for us (with `end`:
+        kill it, the command being ended)."""
+        with deferred():
+            self._tree.clear()
+            time.sleep(DRAIN_AFTER_CLOSE_S)
+            self._held.update(self._ring.read()["tgid"].tolist())
+            for tgid in self._held:
+                send(tgid, signal.SIGKILL if end else signal.SIGCONT)
+            self._held.clear()
+            self._ring.close()
+            self._bpf.cleanup()
 
     def __enter__(self) -> Watcher:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        self.close(end=exc_type is not None)
 
 
 def resume(tgid: int) -> None:
+    send(tgid, signal.SIGCONT)
+
+
+def send(tgid: int, sig: int) -> None:
+    """Send a signal to a process, if it is still there."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(tgid, signal.SIGCONT)
+        os.kill(tgid, sig)
+
+
+def process_state(pid: int) -> str | None:
+    """A process's state as /proc/PID/stat says it (R, S, T when stopped, Z, ...); None once it
+    is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
 
 
 def loader_probe(path: Path) -> Probe:
