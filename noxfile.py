@@ -80,8 +80,7 @@ def arm64(session: nox.Session) -> None:
 def kernels(session: nox.Session) -> None:
     """The record test on the shared build in an emulated x86-64 machine under Debian's 5.10,
     6.1 and 6.12 kernels (the build is native to this machine: qemu's `-cpu max` runs this
-    one's AVX2), then the clang build's (x86-64-v3, its CPU backend dlopened), which crashes
-    the recorder there today."""
+    one's AVX2), then the clang build's (x86-64-v3, its CPU backend dlopened)."""
     for kernel in ("5.10", "6.1", "6.12"):
         _in_guest(session, "x86_64", kernel, "shared", GUEST_TESTS[:1])
     for kernel in ("5.10", "6.1", "6.12"):
