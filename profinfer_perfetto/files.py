@@ -15,17 +15,28 @@ from profinfer_perfetto.errors import ProfinferError
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def create_new(path: Path) -> int:
+def invoking_user() -> int:
+    """The user who ran the command: the one sudo was run by, else the effective user."""
+    sudo = os.environ.get("SUDO_UID", "")
+    return int(sudo) if sudo.isdigit() else os.geteuid()
+
+
+def open_new(path: Path) -> int:
     """A file descriptor for writing a file that was not there, mode 0600, owned by the user
-    who ran sudo (SUDO_UID, SUDO_GID) where root creates it for them."""
+    who ran sudo (SUDO_UID, SUDO_GID) where root creates it for them; OSError otherwise."""
+    fd = os.open(path, _NEW, 0o600)
+    gid = os.environ.get("SUDO_GID", "")
+    if os.geteuid() == 0 and "SUDO_UID" in os.environ and gid.isdigit():
+        os.fchown(fd, invoking_user(), int(gid))
+    return fd
+
+
+def create_new(path: Path) -> int:
+    """open_new, its failure said in one sentence."""
     try:
-        fd = os.open(path, _NEW, 0o600)
+        return open_new(path)
     except FileExistsError:
         raise ProfinferError(f"{path} is there already (another run writing the same output, "
                              "what a killed one left, or a link): move it away first") from None
     except OSError as exc:
         raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
-    uid, gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
-    if os.geteuid() == 0 and uid.isdigit() and gid.isdigit():
-        os.fchown(fd, int(uid), int(gid))
-    return fd

@@ -46,6 +46,7 @@ import numpy as np
 from profinfer_perfetto.capture.events import MAX_COUNTERS
 from profinfer_perfetto.capture.recorder import Drained, Run, drained_dtypes
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.files import invoking_user, open_new
 
 SPILL_SUFFIX = ".records"
 """The folder of a run's records, beside its trace, while `record` runs."""
@@ -87,10 +88,10 @@ class Spill:
         except OSError as exc:
             raise ProfinferError(f"cannot write {folder}: {exc.strerror}") from None
         try:
-            self.lock_fd = _created(folder / LOCK_FILE)
+            self.lock_fd = open_new(folder / LOCK_FILE)
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
-            self.fds = {name: _created(folder / f"{name}.bin") for name in self.dtypes}
-            self.index_fd = _created(folder / INDEX_FILE)
+            self.fds = {name: open_new(folder / f"{name}.bin") for name in self.dtypes}
+            self.index_fd = open_new(folder / INDEX_FILE)
         except OSError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             raise ProfinferError(f"cannot write {folder}: {exc.strerror}") from None
@@ -168,7 +169,7 @@ class Spill:
         for fd in [*self.fds.values(), self.index_fd]:
             os.fdatasync(fd)
         partial = self.folder / f".{RUN_FILE}.partial"
-        fd = _created(partial)
+        fd = open_new(partial)
         try:
             write_all(fd, memoryview(text.encode()))
             os.fsync(fd)
@@ -363,7 +364,7 @@ def _opened(folder: Path, name: str) -> int | None:
 
 
 def _check_owned(path: Path, st: os.stat_result, kind: int) -> None:
-    user = _invoking_user()
+    user = invoking_user()
     if stat.S_IFMT(st.st_mode) != kind or (kind == stat.S_IFREG and st.st_nlink != 1):
         raise ProfinferError(f"{path} is not a recorder's: a recorder makes a folder of regular "
                              "files, each of one name")
@@ -373,12 +374,6 @@ def _check_owned(path: Path, st: os.stat_result, kind: int) -> None:
     if st.st_mode & 0o022:
         raise ProfinferError(f"{path} can be written by other users (mode "
                              f"{stat.S_IMODE(st.st_mode):o}): it is not read")
-
-
-def _invoking_user() -> int:
-    """The user who ran the command: the one sudo was run by, else the effective user."""
-    sudo = os.environ.get("SUDO_UID", "")
-    return int(sudo) if sudo.isdigit() else os.geteuid()
 
 
 def make_durable(files: Iterable[Path]) -> None:
@@ -443,12 +438,6 @@ def _typed(hint: Any, value: Any) -> Any:
     if isinstance(hint, type) and issubclass(hint, Enum | int | float | str):
         return hint(value)
     raise TypeError(f"cannot read a {hint!r}")
-
-
-def _created(path: Path) -> int:
-    """A new file only its owner can read."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                   0o600)
 
 
 def _size(drained: Drained) -> int:
