@@ -23,6 +23,7 @@ from profinfer_perfetto.check.stats import (
     run_noise,
     run_spread,
 )
+from profinfer_perfetto.errors import ProfinferError
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -101,6 +102,17 @@ def _step_scale(base: Baseline, key: str) -> float:
     return float(sum(steps) / len(steps)) if steps else 0.0
 
 
+def _none_judged(verdicts: list[Verdict], base: Baseline, settings: Settings) -> str:
+    """Why a check could judge no key, in one sentence."""
+    if not verdicts:
+        return (f"no key could be judged: no rule matches a key of the baseline "
+                f"({describe(base.made_from)})")
+    missing = sum(v.verdict == MISSING for v in verdicts)
+    return (f"no key could be judged: of the {len(verdicts)} keys the rules watch, {missing} "
+            f"are missing from the candidate and {len(verdicts) - missing} have fewer than "
+            f"{settings.min_samples} samples on a side (baseline: {describe(base.made_from)})")
+
+
 def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             settings: Settings) -> CheckResult:
     result = CheckResult([])
@@ -141,6 +153,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
                                            confidence))
+    if not judged:
+        raise ProfinferError(_none_judged(result.verdicts, base, settings))
     # The runs' noise holds for the whole check: each key's band at 1 - (1 - confidence) / keys.
     each = 1 - (1 - settings.confidence) / (len(judged) if settings.per_check else 1)
     for i in judged:
@@ -152,9 +166,6 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             own = spreads[v.key]
             noise = None if own is None else run_noise(own, each, prior)
         result.verdicts[i] = replace(v, verdict=_judge(v.rule, v.change, noise), noise=noise)
-    if not result.verdicts:
-        result.warnings.append(
-            f"no rule matched a key of the baseline ({describe(base.made_from)})")
     slower = sorted({v.key for v in result.verdicts if v.failed and
                      v.key.split("/")[0] in (STEP_KEY, WINDOW_KEY)})
     if slower and not any(k.split("/")[0] == STALLED_KEY for k in (*base.samples, *new.samples)):

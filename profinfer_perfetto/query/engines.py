@@ -51,9 +51,19 @@ def _tidy(row: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def statements(sql: str) -> list[str]:
-    """SQL split at the `;` ending each statement (our SQL has none inside strings)."""
+    """SQL split at the `;` ending each statement, not at one inside a string, a quoted name or
+    a comment (sqlite3.complete_statement tells them apart); lines of comment left out."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    found, current = [], ""
+    for piece in "\n".join(lines).split(";"):
+        current += piece
+        if sqlite3.complete_statement(current + ";"):
+            found.append(current)
+            current = ""
+        else:
+            current += ";"
+    found.append(current.removesuffix(";"))
+    return [s.strip() for s in found if s.strip()]
 
 
 class BuiltinEngine:
@@ -86,18 +96,23 @@ class TraceProcessorEngine:
         """Load `trace` (its bytes, `data`) into the trace_processor_shell at `bin_path`; a trace
         it rejects, or reads only in part (an error or data-loss entry in its `stats`), is an
         error."""
+        self._shell = _Shell(bin_path)
+        try:
+            self._load(trace, data)
+        except BaseException:  # a Ctrl-C too: the shell, with the trace, ends with us
+            self._shell.stop()
+            raise
+
+    def _load(self, trace: Path, data: bytes) -> None:
         from perfetto.trace_processor import TraceProcessor
 
-        self._shell = _Shell(bin_path)
         try:
             self._tp = TraceProcessor(trace=_chunks(data), remote=self._shell.addr)
         except Exception as exc:  # the API raises bare Exceptions too
-            self._shell.stop()
             raise ProfinferError(f"trace_processor could not load {trace}: {_first_line(exc)}"
                                  ) from None
         problems = self.query(_STATS_PROBLEMS).rows
         if problems:
-            self.close()
             said = ", ".join(f"{name}{'' if idx is None else f'[{idx}]'} = {value} ({severity})"
                              for name, idx, severity, value in problems)
             raise ProfinferError(f"trace_processor read {trace} only in part: its stats say {said}")
@@ -149,12 +164,15 @@ class _Shell:
         except OSError as exc:
             raise ProfinferError(f"cannot run trace_processor {bin_path}: {exc.strerror}"
                                  ) from None
-        deadline = time.monotonic() + SHELL_START_S
-        while not self._listening():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise ProfinferError(f"trace_processor {bin_path} did not start serving")
-            time.sleep(0.01)
+        try:
+            deadline = time.monotonic() + SHELL_START_S
+            while not self._listening():
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    raise ProfinferError(f"trace_processor {bin_path} did not start serving")
+                time.sleep(0.01)
+        except BaseException:  # a Ctrl-C too
+            self.stop()
+            raise
 
     def _listening(self) -> bool:
         try:
@@ -164,8 +182,9 @@ class _Shell:
             return False
 
     def stop(self) -> None:
+        """End the shell (it holds nothing to save) and reap it."""
         if self._proc.poll() is None:
-            self._proc.terminate()
+            self._proc.kill()
         self._proc.wait()
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +54,7 @@ from profinfer_perfetto.model.names import arg_key
 from profinfer_perfetto.query import sched_import, sqlite_image, wirescan
 from profinfer_perfetto.query.sched_import import SchedEvents
 from profinfer_perfetto.query.sqlite_image import Column
-from profinfer_perfetto.query.wirescan import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT
+from profinfer_perfetto.query.wirescan import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, text
 
 SCHEMA = {
     "process": ("upid INTEGER PRIMARY KEY", "pid INTEGER", "name TEXT", "cmdline TEXT"),
@@ -156,7 +157,7 @@ def _real_text(value: float) -> str | None:
 
 def _arg_row(a: Any, names: dict[int, str], values: dict[int, str]) -> ArgRow | None:
     """One debug annotation as an args row; None for one without a value."""
-    key = arg_key(names.get(a.name_iid, "") if a.HasField("name_iid") else a.name)
+    key = arg_key(names.get(a.name_iid, "") if a.HasField("name_iid") else text(a.name))
     kind = a.WhichOneof("value")
     if kind == "bool_value":
         return key, int(a.bool_value), None, None, "bool", "true" if a.bool_value else "false"
@@ -169,8 +170,9 @@ def _arg_row(a: Any, names: dict[int, str], values: dict[int, str]) -> ArgRow | 
         real = a.double_value
         return key, None, None, None if math.isnan(real) else real, "real", _real_text(real)
     if kind in ("string_value", "string_value_iid"):
-        text = a.string_value if kind == "string_value" else values.get(a.string_value_iid, "")
-        return key, None, text, None, "string", text
+        value = (text(a.string_value) if kind == "string_value"
+                 else values.get(a.string_value_iid, ""))
+        return key, None, value, None, "string", value
     return None
 
 
@@ -212,8 +214,8 @@ class _Sequence:
                 self.clocks[c.clock_id] = [c.timestamp, boot - c.timestamp]
 
     def intern(self, data: Any) -> None:
-        self.names.update((n.iid, self.strings.id(n.name)) for n in data.event_names)
-        self.arg_names.update((n.iid, n.name) for n in data.debug_annotation_names)
+        self.names.update((n.iid, self.strings.id(text(n.name))) for n in data.event_names)
+        self.arg_names.update((n.iid, text(n.name)) for n in data.debug_annotation_names)
         self.arg_values.update(
             (n.iid, n.str.decode(errors="replace")) for n in data.debug_annotation_string_values
         )
@@ -606,9 +608,54 @@ def _scanned(data: bytes) -> _Scanned | None:
     return _scan(wirescan.padded(data), 0, len(data))
 
 
-def _expand(chunk: bytes) -> tuple[bytes, _Scanned | None]:
+MAX_PACKET_BYTES = 4 << 30
+"""What a trace's compressed chunks may expand to at most, all together: 4 GiB, and no more
+than EXPANSION times the file (deflate can expand a file a thousandfold: a bomb)."""
+EXPANSION = 64
+MAX_NESTING = 4
+"""Compressed chunks inside compressed chunks, levels deep at most (we write none)."""
+_STEP = 1 << 24
+"""Bytes inflated at a time, each step taken from the budget."""
+
+
+class _Budget:
+    """The bytes a trace's compressed chunks may still expand to, shared by the pool's
+    threads: one sentence once they are spent."""
+
+    def __init__(self, path: Path, file_size: int) -> None:
+        self.path = path
+        self.total = self.left = min(MAX_PACKET_BYTES, EXPANSION * file_size)
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> None:
+        with self._lock:
+            self.left -= size
+            if self.left < 0:
+                raise ProfinferError(
+                    f"{self.path} expands past {self.total >> 20} MiB of packets ({EXPANSION} "
+                    f"times its size, {MAX_PACKET_BYTES >> 30} GiB at most, are read): it is no "
+                    "trace we wrote (a decompression bomb?)")
+
+
+def _inflate(chunk: bytes, budget: _Budget) -> bytes:
+    """A zlib stream's data, inflated a step at a time from the budget (zlib.error where it is
+    not a whole stream)."""
+    inflater = zlib.decompressobj()
+    parts = []
+    rest = chunk
+    while not inflater.eof:
+        part = inflater.decompress(rest, _STEP)
+        if not part and not rest:
+            raise zlib.error("incomplete or truncated stream")
+        budget.take(len(part))
+        parts.append(part)
+        rest = inflater.unconsumed_tail
+    return b"".join(parts)
+
+
+def _expand(chunk: bytes, budget: _Budget) -> tuple[bytes, _Scanned | None]:
     """A compressed chunk's packets, and their scan (None: they do not parse)."""
-    data = zlib.decompress(chunk)
+    data = _inflate(chunk, budget)
     return data, _scanned(data)
 
 
@@ -621,9 +668,10 @@ def _rows_of(table: dict[str, np.ndarray], first: int, last: int) -> dict[str, n
 class _Reader:
     """Reads a trace's packets in order into descriptors, threads and event columns."""
 
-    def __init__(self, path: Path, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, path: Path, pool: ThreadPoolExecutor, budget: _Budget) -> None:
         self.path = path
         self.pool = pool
+        self.budget = budget
         self.strings = _Strings()
         self.arg_sets = _ArgSets()
         self.threads = _Threads()
@@ -646,9 +694,12 @@ class _Reader:
         """Read the packets serialized in `data`, a compressed chunk's in its place."""
         self._read(data, _scanned(data))
 
-    def _read(self, data: bytes, scanned: _Scanned | None) -> None:
+    def _read(self, data: bytes, scanned: _Scanned | None, depth: int = 0) -> None:
         if scanned is None:
             raise _not_a_trace(self.path)
+        if depth > MAX_NESTING:
+            raise ProfinferError(f"{self.path} nests compressed chunks more than {MAX_NESTING} "
+                                 "levels deep: it is no trace we wrote")
         chunks = self._expanded(data, scanned.compressed)
         done = 0
         for i in [*np.flatnonzero(~scanned.bulk).tolist(), len(scanned.starts)]:
@@ -656,7 +707,7 @@ class _Reader:
                 self._bulk(data, scanned, done, i)
             if i < len(scanned.starts):
                 if scanned.compressed[i, 0] >= 0:
-                    self._read(*next(chunks))
+                    self._read(*next(chunks), depth + 1)
                 else:
                     self._packet(data[scanned.starts[i]:scanned.ends[i]])
             done = i + 1
@@ -666,10 +717,12 @@ class _Reader:
         """The compressed chunks at `spans`, expanded and scanned in order on the pool, a few
         ahead of the one being read."""
         todo = iter(spans[spans[:, 0] >= 0].tolist())
-        pending = [self.pool.submit(_expand, data[a:b]) for a, b in islice(todo, _PREFETCH)]
+        pending = [self.pool.submit(_expand, data[a:b], self.budget)
+                   for a, b in islice(todo, _PREFETCH)]
         while pending:
             future = pending.pop(0)
-            pending += [self.pool.submit(_expand, data[a:b]) for a, b in islice(todo, 1)]
+            pending += [self.pool.submit(_expand, data[a:b], self.budget)
+                        for a, b in islice(todo, 1)]
             try:
                 yield future.result()
             except zlib.error:
@@ -677,10 +730,7 @@ class _Reader:
 
     def _packet(self, raw: bytes) -> None:
         """One packet the bulk path does not read (nor a compressed chunk), with protobuf."""
-        try:
-            packet = pb.TracePacket.FromString(raw)
-        except DecodeError:
-            raise _not_a_trace(self.path) from None
+        packet = pb.TracePacket.FromString(raw)
         seq_id = packet.trusted_packet_sequence_id
         seq = self.sequence(seq_id)
         if packet.sequence_flags & _CLEARED:
@@ -704,30 +754,30 @@ class _Reader:
 
     def _process_tree(self, tree: Any) -> None:
         for p in tree.processes:
-            cmdline = list(p.cmdline)
+            cmdline = [text(c) for c in p.cmdline]
             self.threads.process(p.pid, cmdline[0] if cmdline else None,
                                  " ".join(cmdline) or None)
         for t in tree.threads:
-            self.threads.thread(t.tid, t.tgid, t.name, NamedBy.PROCESS_TREE)
+            self.threads.thread(t.tid, t.tgid, text(t.name), NamedBy.PROCESS_TREE)
 
     def _descriptor(self, d: Any, seq: _Sequence) -> None:
         if d.HasField("thread"):
             t = d.thread
-            utid = self.threads.thread(t.tid, t.pid, t.thread_name)
+            utid = self.threads.thread(t.tid, t.pid, text(t.thread_name))
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "thread", None, None,
                                                    utid)
             if seq.valid:  # trace_processor reads it as the sequence's thread then only
                 seq.thread = (t.pid, t.tid)
         elif d.HasField("process"):
-            self.threads.process(d.process.pid, d.process.process_name)
+            self.threads.process(d.process.pid, text(d.process.process_name))
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "process", None)
         elif d.HasField("counter"):
-            unit = d.counter.unit_name or _UNITS.get(d.counter.unit)
+            unit = text(d.counter.unit_name) or _UNITS.get(d.counter.unit)
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "counter",
-                                                   d.name or None, unit)
+                                                   text(d.name) or None, unit)
         else:
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "track",
-                                                   d.name or None)
+                                                   text(d.name) or None)
 
     def code(self, uuid: int) -> int:
         """A track uuid's code: events keep 32-bit codes, not 64-bit uuids."""
@@ -759,7 +809,8 @@ class _Reader:
                 or (e.type == COUNTER and math.isnan(value))
                 or len(values) > MAX_EXTRA_COUNTERS):
             return
-        name = self.strings.id(e.name) if e.HasField("name") else seq.names.get(e.name_iid, -1)
+        name = (self.strings.id(text(e.name)) if e.HasField("name")
+                else seq.names.get(e.name_iid, -1))
         blob = b"".join(pb.TrackEvent(debug_annotations=[a]).SerializeToString()
                         for a in e.debug_annotations)
         uuids = list(e.extra_counter_track_uuids or seq.counter_uuids)
@@ -1241,8 +1292,13 @@ def load(path: Path, data: bytes) -> sqlite3.Connection:
     """Import a Perfetto TrackEvent trace (`data`, the bytes of `path`) into a new in-memory
     SQLite database."""
     with ThreadPoolExecutor(2) as pool:
-        reader = _Reader(path, pool)
-        reader.read(data)
+        reader = _Reader(path, pool, _Budget(path, len(data)))
+        try:
+            reader.read(data)
+        except DecodeError:
+            raise _not_a_trace(path) from None
+        except wirescan.Malformed as exc:
+            raise ProfinferError(f"{path} is not a well-formed trace: {exc}") from None
         if not reader.descriptors and not reader.events.count:
             raise ProfinferError(f"{path} holds no track events: is it a profinfer-perfetto "
                                  "trace?")
