@@ -200,7 +200,7 @@ class _Sequence:
         self.counter_uuids: list[int] = []
         self.clocks: dict[int, list[int]] = {}
         """Incremental clock id -> [its last value, BOOTTIME minus its value]."""
-        self._name_table: np.ndarray | None = None
+        self._name_table: _IidLookup | None = None
 
     def defaults(self, d: Any) -> None:
         self.clock_id = d.timestamp_clock_id or _BOOTTIME
@@ -211,7 +211,7 @@ class _Sequence:
         boot = next((c.timestamp for c in snapshot.clocks if c.clock_id == _BOOTTIME), None)
         for c in snapshot.clocks:
             if c.is_incremental and boot is not None:
-                self.clocks[c.clock_id] = [c.timestamp, boot - c.timestamp]
+                self.clocks[c.clock_id] = [_int64(c.timestamp), _int64(boot - c.timestamp)]
 
     def intern(self, data: Any) -> None:
         self.names.update((n.iid, self.strings.id(text(n.name))) for n in data.event_names)
@@ -233,9 +233,9 @@ class _Sequence:
         """A packet's timestamp in BOOTTIME ns."""
         clock = self.clock(packet.timestamp_clock_id or self.clock_id)
         if clock is None:
-            return int(packet.timestamp)
-        clock[0] += packet.timestamp
-        return clock[0] + clock[1]
+            return _int64(packet.timestamp)
+        clock[0] = _int64(clock[0] + packet.timestamp)
+        return _int64(clock[0] + clock[1])
 
     def times(self, deltas: np.ndarray) -> np.ndarray:
         """The BOOTTIME ns of this sequence's next packets, with the default clock."""
@@ -249,11 +249,39 @@ class _Sequence:
     def name_ids(self, iids: np.ndarray) -> np.ndarray:
         """String ids of event name iids (-1 for none or unknown)."""
         if self._name_table is None:
-            table = np.full(max(self.names, default=0) + 1, -1, np.int32)
-            table[list(self.names)] = list(self.names.values())
-            self._name_table = table
-        known = iids < len(self._name_table)
-        return np.where(known, self._name_table[np.where(known, iids, 0)], -1)
+            self._name_table = _IidLookup(self.names)
+        return self._name_table.find(iids)
+
+
+_DENSE_IIDS = 1 << 20
+"""Interned iids below this are looked up in a table indexed by iid (ours count from 1); a
+trace with a larger one (not ours) by binary search: no table as long as its largest iid."""
+
+
+class _IidLookup:
+    """Values by interned iid, for numpy lookups."""
+
+    def __init__(self, values: dict[int, int]) -> None:
+        self.iids = np.array(sorted(values), np.uint64)
+        self.values = np.array([values[i] for i in self.iids.tolist()], np.int32)
+        self.table: np.ndarray | None = None
+        if not len(self.iids) or self.iids[-1] < _DENSE_IIDS:
+            self.table = np.full(int(self.iids[-1]) + 1 if len(self.iids) else 1, -1, np.int32)
+            self.table[self.iids.astype(np.int64)] = self.values
+
+    def find(self, iids: np.ndarray) -> np.ndarray:
+        """The value of each iid (int64, as the uint64 read), -1 for one not interned."""
+        if self.table is not None:
+            known = (iids >= 0) & (iids < len(self.table))
+            return np.where(known, self.table[np.where(known, iids, 0)], -1)
+        keys = iids.astype(np.uint64)
+        at = np.minimum(np.searchsorted(self.iids, keys), len(self.iids) - 1)
+        return np.where(self.iids[at] == keys, self.values[at], -1)
+
+
+def _int64(value: int) -> int:
+    """A time as int64: sums of uint64 times wrap, as the bulk path's numpy ones do."""
+    return (value + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 _UNKNOWN = -2

@@ -130,6 +130,39 @@ def test_an_annotation_that_does_not_parse_is_one_sentence(cli: Cli, tmp_path: P
         f"profinfer-perfetto: {trace} is not a Perfetto trace (it does not parse as one)"]
 
 
+@pytest.mark.parametrize("iid", [5, 1 << 40, (1 << 64) - 1])
+def test_an_interned_name_of_any_iid_imports(tmp_path: Path, iid: int) -> None:
+    """Event names interned at iids no table can be as long as (bulk-path events)."""
+    trace = official.Trace()
+    trace.packet.add(trusted_packet_sequence_id=1).track_descriptor.uuid = 7
+    names = trace.packet.add(trusted_packet_sequence_id=1).interned_data.event_names
+    names.add(iid=iid, name="x")
+    for ts, kind in ((1000, official.TrackEvent.TYPE_SLICE_BEGIN),
+                     (2000, official.TrackEvent.TYPE_SLICE_END)):
+        event = trace.packet.add(trusted_packet_sequence_id=1, timestamp=ts).track_event
+        event.type, event.track_uuid, event.name_iid = kind, 7, iid
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    assert BuiltinEngine(path, path.read_bytes()).query("select name from slice").rows == [
+        ("x",)]
+
+
+def test_times_past_64_bits_wrap_as_on_the_bulk_path(tmp_path: Path) -> None:
+    """An incremental clock whose sums pass 2**64 (events read one by one)."""
+    top = (1 << 64) - 1
+    trace = official.Trace()
+    trace.packet.add(trusted_packet_sequence_id=1).track_descriptor.uuid = 7
+    clocks = trace.packet.add(trusted_packet_sequence_id=1).clock_snapshot.clocks
+    clocks.add(clock_id=6, timestamp=top)  # BOOTTIME
+    clocks.add(clock_id=64, timestamp=0, is_incremental=True)
+    event = trace.packet.add(trusted_packet_sequence_id=1, timestamp=top,
+                             timestamp_clock_id=64).track_event
+    event.type, event.track_uuid, event.name = official.TrackEvent.TYPE_INSTANT, 7, "n"
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    assert BuiltinEngine(path, path.read_bytes()).query("select ts from slice").rows == [(-2,)]
+
+
 @pytest.mark.parametrize(("field", "value", "expected"), [
     ("switch_prev_state", [0], "a compact sched bundle's columns differ in length"),
     ("switch_next_comm_index", [0, 5], "a compact sched event names a comm its bundle does "
