@@ -113,21 +113,25 @@ def _none_judged(verdicts: list[Verdict], base: Baseline, settings: Settings) ->
             f"{settings.min_samples} samples on a side (baseline: {describe(base.made_from)})")
 
 
-def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
-            settings: Settings) -> CheckResult:
-    result = CheckResult([])
-    for what, value in base.made_from.items():
-        if new.made_from.get(what, "") != value and what != "tool":
-            result.warnings.append(
-                f"the candidate's {what} ({new.made_from.get(what, '') or 'unknown'}) differs "
-                f"from the baseline's ({value or 'unknown'})")
+def _setup_warnings(base: Baseline, new: Baseline) -> list[str]:
+    """What the candidate was made from that differs from the baseline's; a one-run baseline."""
+    warnings = [f"the candidate's {what} ({new.made_from.get(what, '') or 'unknown'}) differs "
+                f"from the baseline's ({value or 'unknown'})"
+                for what, value in base.made_from.items()
+                if new.made_from.get(what, "") != value and what != "tool"]
     if base.made_from.get("tool") != new.made_from.get("tool"):
-        result.warnings.append(f"baseline made by {base.made_from.get('tool')}, candidate by "
-                               f"{new.made_from.get('tool')}")
+        warnings.append(f"baseline made by {base.made_from.get('tool')}, candidate by "
+                        f"{new.made_from.get('tool')}")
     if base.runs == 1:
-        result.warnings.append(
+        warnings.append(
             "the baseline is one run: the interval knows within-run noise only; a baseline of "
             "several runs (query 'runs/*.pftrace' --save-baseline) also knows how runs differ")
+    return warnings
+
+
+def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
+            settings: Settings) -> CheckResult:
+    result = CheckResult([], _setup_warnings(base, new))
     confidence = f"{settings.confidence:.0%}"
     judged: list[int] = []
     """The verdicts with a change, judged once every key's is known (their band depends on how

@@ -80,6 +80,10 @@ class Peaks:
             raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
 
 
+_CACHED = Path("profinfer-perfetto", "peaks.json")
+"""Where in a user's cache folder calibrate stores the peaks."""
+
+
 def default_path() -> Path:
     """Where calibrate stores the peaks and record looks for them first: $PROFINFER_PEAKS, else
     the user's cache."""
@@ -89,7 +93,6 @@ def default_path() -> Path:
     return cache / _CACHED
 
 
-_CACHED = Path("profinfer-perfetto", "peaks.json")
 MAX_BYTES = 1 << 20
 """A peaks file is a few KiB: a larger one is no such file (nor read whole)."""
 
@@ -158,7 +161,7 @@ def _wrong(data: Any) -> str | None:
     if not isinstance(data, dict):
         return "its top level is not an object"
     if data.get("format") != FORMAT:
-        return f"format {data.get('format')!r}, not {FORMAT}"
+        return f"format {data.get('format')!r:.30}, not {FORMAT}"
     if not isinstance(data.get("peaks"), list):
         return "its peaks are not a list"
     for p in data["peaks"]:

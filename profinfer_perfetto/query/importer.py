@@ -29,6 +29,10 @@ annotations is looked up by its hash, parsed once per distinct run. Any other pa
 (descriptors, interned data, clock snapshots, or an event with fields the bulk path does not
 know) goes through protobuf one at a time, in order, so every valid trace imports. The tables
 with a row per event are written as an SQLite database image (query/sqlite_image.py).
+
+A hostile file is one sentence, not a traceback nor all the memory: the chunks of a trace
+expand from one budget (4 GiB, at most 64 times the file: a decompression bomb ends there),
+nest at most MAX_NESTING deep, and protobuf's strings that are not UTF-8 read with U+FFFD.
 """
 
 from __future__ import annotations
