@@ -955,20 +955,24 @@ class _Tracks:
         self.made: dict[int, _Track] = {}
 
     def use(self, uuid: int) -> None:
-        if uuid in self.made:
-            return
-        d = self.descriptors[uuid]
+        """Make a described track, its parents first (a chain of parents that loops back is
+        followed up to where it loops)."""
+        chain: dict[int, None] = {}
+        while uuid not in self.made and uuid in self.descriptors and uuid not in chain:
+            chain[uuid] = None
+            uuid = self.descriptors[uuid].parent
+        for made in reversed(chain):
+            self._make(self.descriptors[made])
+
+    def _make(self, d: _Descriptor) -> None:
         parent = self.made.get(d.parent)
-        if parent is None and d.parent in self.descriptors:
-            self.use(d.parent)
-            parent = self.made[d.parent]
         if d.kind in ("thread", "process"):
             scope, utid = d.kind, d.utid
         elif parent is not None:
             scope, utid = parent.scope, parent.utid
         else:
             scope, utid = "global", None
-        self.made[uuid] = _Track(len(self.made), d, scope, utid)
+        self.made[d.uuid] = _Track(len(self.made), d, scope, utid)
 
     def rows(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """track, thread_track and counter_track rows."""

@@ -147,6 +147,22 @@ def test_an_interned_name_of_any_iid_imports(tmp_path: Path, iid: int) -> None:
         ("x",)]
 
 
+@pytest.mark.parametrize("parents", [{7: 7}, {7: 8, 8: 7}, {7 + i: 8 + i for i in range(5000)}])
+def test_tracks_whose_parents_loop_or_run_deep_import(tmp_path: Path,
+                                                      parents: dict[int, int]) -> None:
+    trace = official.Trace()
+    for uuid, parent in parents.items():
+        d = trace.packet.add(trusted_packet_sequence_id=1).track_descriptor
+        d.uuid, d.parent_uuid = uuid, parent
+    event = trace.packet.add(trusted_packet_sequence_id=1, timestamp=5).track_event
+    event.type, event.track_uuid, event.name = official.TrackEvent.TYPE_INSTANT, 7, "n"
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    engine = BuiltinEngine(path, path.read_bytes())
+    assert engine.query("select name from slice").rows == [("n",)]
+    assert engine.query("select count(*) from track").rows == [(len(parents),)]
+
+
 def test_times_past_64_bits_wrap_as_on_the_bulk_path(tmp_path: Path) -> None:
     """An incremental clock whose sums pass 2**64 (events read one by one)."""
     top = (1 << 64) - 1
