@@ -266,6 +266,7 @@ def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
         return BuiltinEngine(trace, data), "builtin engine (asked for)" + cut
     bin_path, source = find_trace_processor(tp_bin)
     if bin_path is not None:
+        importer.check_expansion(trace, data)
         return TraceProcessorEngine(trace, data, bin_path), f"trace_processor ({source})" + cut
     if choice == "trace_processor":
         raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "

@@ -70,6 +70,17 @@ def test_a_decompression_bomb_is_refused_before_it_fills_memory(tmp_path: Path) 
     assert usage.ru_maxrss < 512 << 10  # KiB: the 1 GiB was never held
 
 
+def test_a_decompression_bomb_is_refused_before_trace_processor_loads_it(
+        cli: Cli, tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.pftrace"
+    bomb.write_bytes(_compressed(_zeros_deflated(8)))  # 128 MiB of zeros
+    result = cli("query", bomb, "op_summary", "--engine", "trace_processor",
+                 "--trace-processor", "/bin/true")  # refused before it would start
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"profinfer-perfetto: {bomb} expands past "), line
+
+
 def test_nested_compressed_chunks_are_refused_not_recursed_into(cli: Cli,
                                                                 tmp_path: Path) -> None:
     nested = tmp_path / "nested.pftrace"
