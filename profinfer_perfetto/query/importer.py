@@ -469,12 +469,15 @@ class _Events:
     def add_one(self, event: dict[str, Any], flows: list[tuple[int, bool]],
                 extras: list[tuple[int, float]]) -> None:
         """Append one event (its columns' values), with its flows and extra counter values."""
-        def table(rows: list[tuple[Any, Any]], keys: tuple[str, str]) -> dict[str, np.ndarray]:
-            columns = {k: np.array([r[i] for r in rows]) for i, k in enumerate(keys)}
+        def table(rows: list[tuple[Any, Any]], keys: tuple[str, str],
+                  dtypes: dict[str, Any]) -> dict[str, np.ndarray]:
+            # each column its own type: numpy reads [0, 2**64 - 1] as floats
+            columns = {k: np.array([r[i] for r in rows], dtypes[k]) for i, k in enumerate(keys)}
             return {"event": np.zeros(len(rows), np.int64), **columns}
 
-        self.add({k: np.array([v]) for k, v in event.items()},
-                 table(flows, ("flow", "terminating")), table(extras, ("track", "value")))
+        self.add({k: np.array([v], self._COLUMNS[k]) for k, v in event.items()},
+                 table(flows, ("flow", "terminating"), self._FLOWS),
+                 table(extras, ("track", "value"), self._EXTRAS))
 
     def columns(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
                                dict[str, np.ndarray]]:

@@ -96,12 +96,14 @@ def _read_trace(tmp_path: Path, data: bytes) -> None:
     _within_memory()
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # numbers cast wrong
 @given(base=st.sampled_from(sorted(BASES)), mutations=MUTATIONS)
 def test_fuzz_trace(tmp_path_factory: pytest.TempPathFactory, base: str,
                     mutations: list[Mutation]) -> None:
     _read_trace(tmp_path_factory.mktemp("trace"), _mutated(BASES[base], mutations))
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # numbers cast wrong
 @given(mutations=MUTATIONS, level=st.integers(0, 9))
 def test_fuzz_trace_compressed_packets(tmp_path_factory: pytest.TempPathFactory,
                                        mutations: list[Mutation], level: int) -> None:
@@ -202,6 +204,7 @@ def _sched(draw: st.DrawFn, p: pb.TracePacket) -> None:
     c.waking_timestamp.extend(draw(st.lists(U64, max_size=3)))
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # numbers cast wrong
 @given(packets=st.lists(_packet(), min_size=1, max_size=12), compressed=st.booleans())
 def test_fuzz_trace_packets(tmp_path_factory: pytest.TempPathFactory,
                             packets: list[pb.TracePacket], compressed: bool) -> None:

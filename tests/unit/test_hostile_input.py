@@ -174,6 +174,22 @@ def test_tracks_whose_parents_loop_or_run_deep_import(tmp_path: Path,
     assert engine.query("select count(*) from track").rows == [(len(parents),)]
 
 
+def test_flow_ids_keep_all_64_bits(tmp_path: Path) -> None:
+    """Events read one by one: flow ids 0 and 2**64 - 1 beside each other once became floats,
+    and 2**64 - 1 the same flow as 2**64 - 2."""
+    trace = official.Trace()
+    trace.packet.add(trusted_packet_sequence_id=1).track_descriptor.uuid = 7
+    for ts, flows in ((5, [0, (1 << 64) - 1]), (6, [(1 << 64) - 2])):
+        event = trace.packet.add(trusted_packet_sequence_id=1, timestamp=ts).track_event
+        event.type, event.track_uuid, event.name = official.TrackEvent.TYPE_INSTANT, 7, "n"
+        event.flow_ids.extend(flows)
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    engine = BuiltinEngine(path, path.read_bytes())
+    assert engine.query("select count(*) from slice").rows == [(2,)]
+    assert engine.query("select count(*) from flow").rows == [(0,)]
+
+
 def test_times_past_64_bits_wrap_as_on_the_bulk_path(tmp_path: Path) -> None:
     """An incremental clock whose sums pass 2**64 (events read one by one)."""
     top = (1 << 64) - 1
