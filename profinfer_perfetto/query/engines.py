@@ -9,6 +9,7 @@ trace_processor's names and columns (query/importer.py), so the same SQL runs on
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -147,18 +148,28 @@ def _chunks(data: bytes) -> Iterator[bytes]:
         yield bytes(view[at:at + CHUNK_BYTES])
 
 
+def _ending_with_us() -> list[str]:
+    """What runs a command so that it gets SIGKILL when the thread that started it ends, however
+    it ends (a SIGTERM or SIGKILL to us runs no cleanup): util-linux's setpriv, where there."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
 class _Shell:
     """trace_processor_shell serving its HTTP RPC on a free local port, started here rather than
     by the perfetto API, whose start-up check sleeps a whole second whenever the shell is not
-    listening yet (nearly always): here the check repeats every 10 ms."""
+    listening yet (nearly always): here the check repeats every 10 ms. It ends when we do: on
+    any way out of its start and load, and, where setpriv is, when we are killed."""
 
     def __init__(self, bin_path: str) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.addr = f"127.0.0.1:{port}"
+        if not os.access(bin_path, os.X_OK):
+            raise ProfinferError(f"cannot run trace_processor {bin_path}: it is not executable")
         try:
-            self._proc = subprocess.Popen([bin_path, "-D", "--http-port", str(port)],
+            self._proc = subprocess.Popen([*_ending_with_us(), bin_path, "-D", "--http-port",
+                                           str(port)],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL)
         except OSError as exc:

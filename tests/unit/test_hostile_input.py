@@ -5,12 +5,15 @@ where it looked for the roofs it did not find."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import re
+import signal
 import subprocess
 import sys
+import time
 import zlib
 from io import StringIO
 from pathlib import Path
@@ -330,6 +333,20 @@ def test_github_annotations_are_escaped() -> None:
         "::warning title=profinfer-perfetto::100%25 off%0D%0Anext line"]
 
 
+def _end(pid: int) -> None:
+    """End the shell stand-in a failed test left running."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _ended(pid: int) -> bool:
+    """The process is gone, or a zombie (whoever adopted it may not reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 _SHELL = """import http.server, os, sys
 open(os.environ["PROFINFER_TEST_PID_FILE"], "w").write(str(os.getpid()))
 class Status(http.server.BaseHTTPRequestHandler):
@@ -353,7 +370,7 @@ def test_a_ctrl_c_while_trace_processor_loads_ends_it(tmp_path: Path,
 
     def interrupted(*args: object, **kwargs: object) -> None:
         while not pid_file.exists() or not pid_file.read_text():
-            pass  # the shell runs: now the Ctrl-C
+            time.sleep(0.01)  # the shell starts: then the Ctrl-C
         raise KeyboardInterrupt
 
     if phase == "start":
@@ -364,7 +381,43 @@ def test_a_ctrl_c_while_trace_processor_loads_ends_it(tmp_path: Path,
         monkeypatch.setattr(perfetto.trace_processor, "TraceProcessor", interrupted)
     with pytest.raises(KeyboardInterrupt):
         TraceProcessorEngine(GOLDEN, GOLDEN.read_bytes(), str(shell))
-    assert not Path(f"/proc/{pid_file.read_text()}").exists()
+    pid = int(pid_file.read_text())
+    try:
+        assert not Path(f"/proc/{pid}").exists()
+    finally:
+        _end(pid)
+
+
+_KILLED_WHILE_LOADING = """import sys, time
+import perfetto.trace_processor
+from pathlib import Path
+from profinfer_perfetto.query.engines import TraceProcessorEngine
+perfetto.trace_processor.TraceProcessor = lambda **kwargs: time.sleep(3600)
+TraceProcessorEngine(Path(sys.argv[1]), b"", sys.argv[2])
+"""
+"""A query that loads a trace into trace_processor (the shell stand-in) until killed."""
+
+
+def test_trace_processor_ends_when_the_query_is_killed(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    shell, pid_file = tmp_path / "trace_processor_shell", tmp_path / "pid"
+    shell.write_text(f"#!{sys.executable}\n{_SHELL}")
+    shell.chmod(0o755)
+    monkeypatch.setenv("PROFINFER_TEST_PID_FILE", str(pid_file))
+    query = subprocess.Popen([sys.executable, "-c", _KILLED_WHILE_LOADING, GOLDEN, shell])
+    while not pid_file.exists() or not pid_file.read_text():
+        assert query.poll() is None
+        time.sleep(0.01)
+    query.kill()  # SIGKILL: no cleanup of ours runs
+    query.wait()
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 60  # a guard: the kernel sends SIGKILL as the query ends
+    try:
+        while not _ended(pid):
+            assert time.monotonic() < deadline, "trace_processor outlived the killed query"
+            time.sleep(0.01)
+    finally:
+        _end(pid)
 
 
 def test_the_suite_has_its_own_roofs_and_cache() -> None:
