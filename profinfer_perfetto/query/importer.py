@@ -1287,7 +1287,7 @@ def _ints(values: np.ndarray) -> Column:
 def _big_tables(reader: _Reader, t: _Tables) -> dict[str, list[Column]]:
     """The columns (after `id`) of the tables with a row per event."""
     s, c = t.slices, t.counters
-    names = [n.encode() for n in reader.strings.ids]
+    names = [n.encode() for n in reader.strings.ids] or [b""]  # a null name points at one
     no_category = Column("int", np.zeros(len(s["ts"]), np.int64), np.ones(len(s["ts"]), bool))
     return {
         "slice": [Column("int", s["ts"]), Column("int", s["dur"]), Column("int", s["track"]),

@@ -193,6 +193,17 @@ def test_flow_ids_keep_all_64_bits(tmp_path: Path) -> None:
     assert engine.query("select count(*) from flow").rows == [(0,)]
 
 
+def test_slices_of_a_trace_that_names_none_import(tmp_path: Path) -> None:
+    trace = official.Trace()
+    trace.packet.add(trusted_packet_sequence_id=1).track_descriptor.uuid = 7
+    event = trace.packet.add(trusted_packet_sequence_id=1, timestamp=5).track_event
+    event.type, event.track_uuid = official.TrackEvent.TYPE_INSTANT, 7
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    engine = BuiltinEngine(path, path.read_bytes())
+    assert engine.query("select ts, name from slice").rows == [(5, None)]
+
+
 def test_times_past_64_bits_wrap_as_on_the_bulk_path(tmp_path: Path) -> None:
     """An incremental clock whose sums pass 2**64 (events read one by one)."""
     top = (1 << 64) - 1
