@@ -6,7 +6,9 @@ venv's tools whatever PATH says.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 import nox
 
@@ -29,6 +31,25 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit tests, then integration tests with real probes (needs root and scripts/setup.sh)."""
     session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+
+
+def _fuzz_tests(session: nox.Session) -> list[str]:
+    collected = session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "--collect-only", "tests/unit", "-k", "fuzz", silent=True) or ""
+    return [line for line in collected.splitlines() if "::" in line]
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """The fuzz tests (tests/unit, -k fuzz) on random inputs: each test run after run (of
+    $FUZZ_EXAMPLES inputs, default 500) for $FUZZ_SECONDS (default 600: 10 minutes per parser);
+    posargs name the tests to run (default: all of them)."""
+    seconds = float(os.environ.get("FUZZ_SECONDS", "600"))
+    for test in session.posargs or _fuzz_tests(session):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test,
+                        env={"HYPOTHESIS_PROFILE": "fuzz"})
 
 
 @nox.session

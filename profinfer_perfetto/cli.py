@@ -161,7 +161,7 @@ def record(
         rings=RingSizes(ring_pages, ring_pages),
         selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor),
         sched=sched,
-        peaks=tuple((peaks.stored() if peaks_file is None else peaks.load(peaks_file)).peaks),
+        peaks=peaks.for_record(peaks_file),
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
                                    stream=bool(stream) or rotation is not None).run())

@@ -1,16 +1,39 @@
-"""Shared fixtures: the CLI as a subprocess, and the llama.cpp build and models from setup."""
+"""Shared fixtures: the CLI as a subprocess, and the llama.cpp build and models from setup; the
+session's own roofs and cache; hypothesis' profiles."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from scripts import assets
+
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="profinfer-tests-"))
+"""The test session's own state, set before any test runs (the CLI's subprocesses inherit
+it): roofs at an absent $PROFINFER_PEAKS and an empty cache, so that a `calibrate` run on this
+machine puts no `peak` instants into the traces the tests record. ($PROFINFER_CACHE, the
+llama.cpp builds and models, stays.)"""
+os.environ["PROFINFER_PEAKS"] = str(SESSION_DIR / "peaks.json")
+os.environ["XDG_CACHE_HOME"] = str(SESSION_DIR / "cache")
+atexit.register(shutil.rmtree, SESSION_DIR, ignore_errors=True)
+
+settings.register_profile("ci", derandomize=True, max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+"""The suite's fuzzing: a short run, the same inputs every time."""
+settings.register_profile("fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "500")),
+                          deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""`nox -s fuzz`: random inputs, FUZZ_EXAMPLES a run (nox runs each test again and again for
+its time)."""
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

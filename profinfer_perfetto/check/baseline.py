@@ -88,11 +88,38 @@ class Baseline:
             return from_traces(paths, engine, tp_bin)
         try:
             doc = json.loads(path.read_text())
-            if doc.get("format") != FORMAT:
-                raise ValueError
-            return Baseline(doc["made_from"], doc["samples"], doc.get("shares", {}))
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except OSError as exc:
+            raise ProfinferError(f"cannot read {path}: {exc.strerror}") from None
+        except (ValueError, RecursionError):
             raise ProfinferError(f"{path} is not a profinfer-perfetto baseline") from None
+        wrong = _wrong(doc)
+        if wrong:
+            raise ProfinferError(f"{path} is not a profinfer-perfetto baseline: {wrong}")
+        return Baseline(doc["made_from"], doc["samples"], doc.get("shares", {}))
+
+
+def _is_int(value: Any) -> bool:
+    """A sample: an integer that fits 64 bits."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 63
+
+
+def _wrong(doc: Any) -> str | None:
+    """What keeps a baseline file's JSON from being a baseline, if anything."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return f"it has no \"format\": \"{FORMAT}\""
+    made_from, samples, shares = doc.get("made_from"), doc.get("samples"), doc.get("shares", {})
+    if not isinstance(made_from, dict) or not all(isinstance(v, str) for v in made_from.values()):
+        return "its made_from is not an object of strings"
+    if not isinstance(samples, dict):
+        return "its samples are not an object"
+    for key, runs in samples.items():
+        if (not isinstance(runs, list) or not runs
+                or not all(isinstance(r, list) and r and all(map(_is_int, r)) for r in runs)):
+            return f"samples {key!r} is not a list of runs, each a list of integers"
+    if not isinstance(shares, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in shares.values()):
+        return "its shares are not an object of numbers"
+    return None
 
 
 def _model_of(command: str) -> str:

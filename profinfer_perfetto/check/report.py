@@ -76,12 +76,26 @@ def junit(result: CheckResult, path: Path) -> None:
         raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
 
 
+def _data(text: str) -> str:
+    """A workflow command's message, escaped as GitHub's toolkit does (escapeData)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    """A workflow command's property value (title=...), escaped (escapeProperty)."""
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _command(kind: str, title: str, message: str) -> str:
+    return f"::{kind} title={_property(title)}::{_data(message)}\n"
+
+
 def github(result: CheckResult, out: TextIO) -> None:
     """Workflow commands: an error per regression, a warning per warning and undecided key."""
     for v in result.verdicts:
         if v.failed:
-            out.write(f"::error title=profinfer-perfetto: {v.key} slower::{v.sentence()}\n")
+            out.write(_command("error", f"profinfer-perfetto: {v.key} slower", v.sentence()))
         elif v.verdict == UNDECIDED:
-            out.write(f"::warning title=profinfer-perfetto: {v.key}::{v.sentence()}\n")
+            out.write(_command("warning", f"profinfer-perfetto: {v.key}", v.sentence()))
     for w in result.warnings:
-        out.write(f"::warning title=profinfer-perfetto::{w}\n")
+        out.write(_command("warning", "profinfer-perfetto", w))

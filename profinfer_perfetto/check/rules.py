@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -93,12 +94,30 @@ DEFAULT_RULES = (
 )
 
 
-def _build(cls: Any, table: dict[str, Any], where: str) -> Any:
-    known = {f.name for f in fields(cls)}
-    unknown = set(table) - known
+_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "float": (int, float), "int": (int,),
+                                       "bool": (bool,)}
+"""The TOML values each field's type takes (a bool is no number here)."""
+_RANGES: dict[str, tuple[float, float]] = {
+    "confidence": (0.5, 0.999), "min_samples": (1, 1e9), "resamples": (1, 1e6),
+    "prior_dof": (0, 1e9), "max_change": (-1e9, 1e9), "min_abs_ns": (0, 1e18), "top": (0, 1e9)}
+"""The values a numeric setting may take (a confidence short of 1, which no interval has)."""
+
+
+def _build(cls: Any, table: Any, where: str) -> Any:
+    if not isinstance(table, dict):
+        raise ProfinferError(f"{where}: not a table")
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(table) - set(known)
     if unknown:
         raise ProfinferError(f"{where}: unknown setting {sorted(unknown)[0]!r} "
                              f"(known: {', '.join(sorted(known))})")
+    for name, value in table.items():
+        kinds = _TYPES[str(known[name].type)]
+        low, high = _RANGES.get(name, (-math.inf, math.inf))
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            raise ProfinferError(f"{where}: {name} = {value!r:.40} is not a {known[name].type}")
+        if isinstance(value, int | float) and not low <= value <= high:
+            raise ProfinferError(f"{where}: {name} = {value!r} is not within {low}..{high}")
     try:
         return cls(**table)
     except TypeError as exc:
@@ -115,8 +134,10 @@ def load_rules(path: Path | None) -> tuple[tuple[Rule, ...], Settings]:
     except tomllib.TOMLDecodeError as exc:
         raise ProfinferError(f"{path} is not valid TOML: {exc}") from None
     settings = _build(Settings, doc.get("settings", {}), f"{path} [settings]")
-    rules = tuple(_build(Rule, r, f"{path} rule {i + 1}")
-                  for i, r in enumerate(doc.get("rule", [])))
+    listed = doc.get("rule", [])
+    if not isinstance(listed, list):
+        raise ProfinferError(f"{path}: rule is not an array of tables ([[rule]])")
+    rules = tuple(_build(Rule, r, f"{path} rule {i + 1}") for i, r in enumerate(listed))
     for r in rules:
         if r.direction not in ("increase", "decrease"):
             raise ProfinferError(f"{path}: rule {r.name!r} has direction {r.direction!r}, "

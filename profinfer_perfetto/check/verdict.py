@@ -23,6 +23,7 @@ from profinfer_perfetto.check.stats import (
     run_noise,
     run_spread,
 )
+from profinfer_perfetto.errors import ProfinferError
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -101,21 +102,36 @@ def _step_scale(base: Baseline, key: str) -> float:
     return float(sum(steps) / len(steps)) if steps else 0.0
 
 
-def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
-            settings: Settings) -> CheckResult:
-    result = CheckResult([])
-    for what, value in base.made_from.items():
-        if new.made_from.get(what, "") != value and what != "tool":
-            result.warnings.append(
-                f"the candidate's {what} ({new.made_from.get(what, '') or 'unknown'}) differs "
-                f"from the baseline's ({value or 'unknown'})")
+def _none_judged(verdicts: list[Verdict], base: Baseline, settings: Settings) -> str:
+    """Why a check could judge no key, in one sentence."""
+    if not verdicts:
+        return (f"no key could be judged: no rule matches a key of the baseline "
+                f"({describe(base.made_from)})")
+    missing = sum(v.verdict == MISSING for v in verdicts)
+    return (f"no key could be judged: of the {len(verdicts)} keys the rules watch, {missing} "
+            f"are missing from the candidate and {len(verdicts) - missing} have fewer than "
+            f"{settings.min_samples} samples on a side (baseline: {describe(base.made_from)})")
+
+
+def _setup_warnings(base: Baseline, new: Baseline) -> list[str]:
+    """What the candidate was made from that differs from the baseline's; a one-run baseline."""
+    warnings = [f"the candidate's {what} ({new.made_from.get(what, '') or 'unknown'}) differs "
+                f"from the baseline's ({value or 'unknown'})"
+                for what, value in base.made_from.items()
+                if new.made_from.get(what, "") != value and what != "tool"]
     if base.made_from.get("tool") != new.made_from.get("tool"):
-        result.warnings.append(f"baseline made by {base.made_from.get('tool')}, candidate by "
-                               f"{new.made_from.get('tool')}")
+        warnings.append(f"baseline made by {base.made_from.get('tool')}, candidate by "
+                        f"{new.made_from.get('tool')}")
     if base.runs == 1:
-        result.warnings.append(
+        warnings.append(
             "the baseline is one run: the interval knows within-run noise only; a baseline of "
             "several runs (query 'runs/*.pftrace' --save-baseline) also knows how runs differ")
+    return warnings
+
+
+def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
+            settings: Settings) -> CheckResult:
+    result = CheckResult([], _setup_warnings(base, new))
     confidence = f"{settings.confidence:.0%}"
     judged: list[int] = []
     """The verdicts with a change, judged once every key's is known (their band depends on how
@@ -141,6 +157,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
                                            confidence))
+    if not judged:
+        raise ProfinferError(_none_judged(result.verdicts, base, settings))
     # The runs' noise holds for the whole check: each key's band at 1 - (1 - confidence) / keys.
     each = 1 - (1 - settings.confidence) / (len(judged) if settings.per_check else 1)
     for i in judged:
@@ -152,9 +170,6 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             own = spreads[v.key]
             noise = None if own is None else run_noise(own, each, prior)
         result.verdicts[i] = replace(v, verdict=_judge(v.rule, v.change, noise), noise=noise)
-    if not result.verdicts:
-        result.warnings.append(
-            f"no rule matched a key of the baseline ({describe(base.made_from)})")
     slower = sorted({v.key for v in result.verdicts if v.failed and
                      v.key.split("/")[0] in (STEP_KEY, WINDOW_KEY)})
     if slower and not any(k.split("/")[0] == STALLED_KEY for k in (*base.samples, *new.samples)):

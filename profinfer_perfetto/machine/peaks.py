@@ -16,15 +16,19 @@ the roofs of the machine it was recorded on).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import pwd
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,40 +80,101 @@ class Peaks:
             raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
 
 
+_CACHED = Path("profinfer-perfetto", "peaks.json")
+"""Where in a user's cache folder calibrate stores the peaks."""
+
+
 def default_path() -> Path:
-    """Where calibrate stores the peaks and record looks for them: $PROFINFER_PEAKS, else the
-    user's cache."""
+    """Where calibrate stores the peaks and record looks for them first: $PROFINFER_PEAKS, else
+    the user's cache."""
     if os.environ.get(PEAKS_ENV):
         return Path(os.environ[PEAKS_ENV])
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "profinfer-perfetto" / "peaks.json"
+    return cache / _CACHED
 
 
-def stored() -> Peaks:
-    """The peaks calibrate stored, if any can be read at default_path() (none otherwise)."""
-    path = default_path()
-    try:
-        if not path.is_file():
-            return Peaks()
-    except OSError:  # a folder this user may not look in
-        return Peaks()
-    return load(path)
+MAX_BYTES = 1 << 20
+"""A peaks file is a few KiB: a larger one is no such file (nor read whole)."""
+
+
+def search_paths() -> list[Path]:
+    """Where record looks for stored peaks: default_path(), then, as root under sudo (which
+    resets HOME and $PROFINFER_PEAKS), the invoking user's cache, where their calibrate
+    stored them."""
+    paths = [default_path()]
+    user = os.environ.get("SUDO_USER")
+    if user and os.geteuid() == 0:
+        with contextlib.suppress(KeyError):  # a user the password database does not know
+            paths.append(Path(pwd.getpwnam(user).pw_dir) / ".cache" / _CACHED)
+    return list(dict.fromkeys(paths))
+
+
+def stored() -> tuple[Peaks, str | None]:
+    """The peaks calibrate stored, from the first of search_paths() that holds a file; else
+    none, and a note that says where they were looked for."""
+    paths = search_paths()
+    for path in paths:
+        try:
+            if path.is_file():
+                return load(path), None
+        except OSError:  # a folder this user may not look in
+            continue
+    where = " or ".join(map(str, paths))
+    return Peaks(), (f"no roofs in the trace: no `calibrate` peaks at {where} (give --peaks "
+                     f"FILE or set ${PEAKS_ENV})")
+
+
+def for_record(path: Path | None) -> tuple[Peak, ...]:
+    """The roofs record writes into its trace: those in `path` (--peaks), else the stored ones;
+    where there are none, a note on stderr says where they were looked for."""
+    if path is not None:
+        return tuple(load(path).peaks)
+    peaks, note = stored()
+    if note is not None:
+        print(f"profinfer-perfetto: note: {note}", file=sys.stderr)
+    return tuple(peaks.peaks)
 
 
 def load(path: Path) -> Peaks:
     """Peaks stored by calibrate; one sentence if the file is not such."""
     try:
-        data = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
-            raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
-        peaks = [Peak(PeakKind(p["kind"]), int(p["threads"]), float(p["value"]),
-                      str(p.get("dtype", "")), str(p.get("how", ""))) for p in data["peaks"]]
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise ValueError(f"over {MAX_BYTES >> 20} MiB")
+        data = json.loads(raw)
     except OSError as exc:
         raise ProfinferError(f"cannot read the peaks in {path}: {exc.strerror}") from None
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise ProfinferError(f"{path} holds no peaks of `profinfer-perfetto calibrate` "
-                             f"({exc})") from None
+                             f"({str(exc)[:80]})") from None
+    wrong = _wrong(data)
+    if wrong:
+        raise ProfinferError(f"{path} holds no peaks of `profinfer-perfetto calibrate` ({wrong})")
+    peaks = [Peak(PeakKind(p["kind"]), p["threads"], float(p["value"]), p.get("dtype", ""),
+                  p.get("how", "")) for p in data["peaks"]]
     return Peaks(peaks, str(data.get("machine", "")), str(data.get("measured", "")))
+
+
+def _wrong(data: Any) -> str | None:
+    """What keeps a peaks file's JSON from being calibrate's, if anything."""
+    if not isinstance(data, dict):
+        return "its top level is not an object"
+    if data.get("format") != FORMAT:
+        return f"format {data.get('format')!r:.30}, not {FORMAT}"
+    if not isinstance(data.get("peaks"), list):
+        return "its peaks are not a list"
+    for p in data["peaks"]:
+        if not isinstance(p, dict) or p.get("kind") not in tuple(PeakKind):
+            return f"a peak of no kind {'/'.join(PeakKind)}: {p!r:.60}"
+        threads, value = p.get("threads"), p.get("value")
+        if not isinstance(threads, int) or isinstance(threads, bool) or not 0 < threads < 1 << 20:
+            return f"a peak's threads {threads!r:.30} is not a count of threads"
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+            return f"a peak's value {value!r:.30} is not a number of 0 or more"
+        if not all(isinstance(p.get(k, ""), str) for k in ("dtype", "how")):
+            return "a peak's dtype or how is not a string"
+    return None
 
 
 def machine() -> str:

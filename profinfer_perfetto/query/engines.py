@@ -9,6 +9,7 @@ trace_processor's names and columns (query/importer.py), so the same SQL runs on
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -51,9 +52,19 @@ def _tidy(row: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def statements(sql: str) -> list[str]:
-    """SQL split at the `;` ending each statement (our SQL has none inside strings)."""
+    """SQL split at the `;` ending each statement, not at one inside a string, a quoted name or
+    a comment (sqlite3.complete_statement tells them apart); lines of comment left out."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    found, current = [], ""
+    for piece in "\n".join(lines).split(";"):
+        current += piece
+        if sqlite3.complete_statement(current + ";"):
+            found.append(current)
+            current = ""
+        else:
+            current += ";"
+    found.append(current.removesuffix(";"))
+    return [s.strip() for s in found if s.strip()]
 
 
 class BuiltinEngine:
@@ -86,18 +97,23 @@ class TraceProcessorEngine:
         """Load `trace` (its bytes, `data`) into the trace_processor_shell at `bin_path`; a trace
         it rejects, or reads only in part (an error or data-loss entry in its `stats`), is an
         error."""
+        self._shell = _Shell(bin_path)
+        try:
+            self._load(trace, data)
+        except BaseException:  # a Ctrl-C too: the shell, with the trace, ends with us
+            self._shell.stop()
+            raise
+
+    def _load(self, trace: Path, data: bytes) -> None:
         from perfetto.trace_processor import TraceProcessor
 
-        self._shell = _Shell(bin_path)
         try:
             self._tp = TraceProcessor(trace=_chunks(data), remote=self._shell.addr)
         except Exception as exc:  # the API raises bare Exceptions too
-            self._shell.stop()
             raise ProfinferError(f"trace_processor could not load {trace}: {_first_line(exc)}"
                                  ) from None
         problems = self.query(_STATS_PROBLEMS).rows
         if problems:
-            self.close()
             said = ", ".join(f"{name}{'' if idx is None else f'[{idx}]'} = {value} ({severity})"
                              for name, idx, severity, value in problems)
             raise ProfinferError(f"trace_processor read {trace} only in part: its stats say {said}")
@@ -132,29 +148,42 @@ def _chunks(data: bytes) -> Iterator[bytes]:
         yield bytes(view[at:at + CHUNK_BYTES])
 
 
+def _ending_with_us() -> list[str]:
+    """What runs a command so that it gets SIGKILL when the thread that started it ends, however
+    it ends (a SIGTERM or SIGKILL to us runs no cleanup): util-linux's setpriv, where there."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
 class _Shell:
     """trace_processor_shell serving its HTTP RPC on a free local port, started here rather than
     by the perfetto API, whose start-up check sleeps a whole second whenever the shell is not
-    listening yet (nearly always): here the check repeats every 10 ms."""
+    listening yet (nearly always): here the check repeats every 10 ms. It ends when we do: on
+    any way out of its start and load, and, where setpriv is, when we are killed."""
 
     def __init__(self, bin_path: str) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.addr = f"127.0.0.1:{port}"
+        if not os.access(bin_path, os.X_OK):
+            raise ProfinferError(f"cannot run trace_processor {bin_path}: it is not executable")
         try:
-            self._proc = subprocess.Popen([bin_path, "-D", "--http-port", str(port)],
+            self._proc = subprocess.Popen([*_ending_with_us(), bin_path, "-D", "--http-port",
+                                           str(port)],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL)
         except OSError as exc:
             raise ProfinferError(f"cannot run trace_processor {bin_path}: {exc.strerror}"
                                  ) from None
-        deadline = time.monotonic() + SHELL_START_S
-        while not self._listening():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise ProfinferError(f"trace_processor {bin_path} did not start serving")
-            time.sleep(0.01)
+        try:
+            deadline = time.monotonic() + SHELL_START_S
+            while not self._listening():
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    raise ProfinferError(f"trace_processor {bin_path} did not start serving")
+                time.sleep(0.01)
+        except BaseException:  # a Ctrl-C too
+            self.stop()
+            raise
 
     def _listening(self) -> bool:
         try:
@@ -164,8 +193,9 @@ class _Shell:
             return False
 
     def stop(self) -> None:
+        """End the shell (it holds nothing to save) and reap it."""
         if self._proc.poll() is None:
-            self._proc.terminate()
+            self._proc.kill()
         self._proc.wait()
 
 
@@ -247,6 +277,7 @@ def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
         return BuiltinEngine(trace, data), "builtin engine (asked for)" + cut
     bin_path, source = find_trace_processor(tp_bin)
     if bin_path is not None:
+        importer.check_expansion(trace, data)
         return TraceProcessorEngine(trace, data, bin_path), f"trace_processor ({source})" + cut
     if choice == "trace_processor":
         raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "

@@ -29,12 +29,17 @@ annotations is looked up by its hash, parsed once per distinct run. Any other pa
 (descriptors, interned data, clock snapshots, or an event with fields the bulk path does not
 know) goes through protobuf one at a time, in order, so every valid trace imports. The tables
 with a row per event are written as an SQLite database image (query/sqlite_image.py).
+
+A hostile file is one sentence, not a traceback nor all the memory: the chunks of a trace
+expand from one budget (4 GiB, at most 64 times the file: a decompression bomb ends there),
+nest at most MAX_NESTING deep, and protobuf's strings that are not UTF-8 read with U+FFFD.
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
+import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +58,7 @@ from profinfer_perfetto.model.names import arg_key
 from profinfer_perfetto.query import sched_import, sqlite_image, wirescan
 from profinfer_perfetto.query.sched_import import SchedEvents
 from profinfer_perfetto.query.sqlite_image import Column
-from profinfer_perfetto.query.wirescan import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT
+from profinfer_perfetto.query.wirescan import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, text
 
 SCHEMA = {
     "process": ("upid INTEGER PRIMARY KEY", "pid INTEGER", "name TEXT", "cmdline TEXT"),
@@ -156,7 +161,7 @@ def _real_text(value: float) -> str | None:
 
 def _arg_row(a: Any, names: dict[int, str], values: dict[int, str]) -> ArgRow | None:
     """One debug annotation as an args row; None for one without a value."""
-    key = arg_key(names.get(a.name_iid, "") if a.HasField("name_iid") else a.name)
+    key = arg_key(names.get(a.name_iid, "") if a.HasField("name_iid") else text(a.name))
     kind = a.WhichOneof("value")
     if kind == "bool_value":
         return key, int(a.bool_value), None, None, "bool", "true" if a.bool_value else "false"
@@ -169,8 +174,9 @@ def _arg_row(a: Any, names: dict[int, str], values: dict[int, str]) -> ArgRow | 
         real = a.double_value
         return key, None, None, None if math.isnan(real) else real, "real", _real_text(real)
     if kind in ("string_value", "string_value_iid"):
-        text = a.string_value if kind == "string_value" else values.get(a.string_value_iid, "")
-        return key, None, text, None, "string", text
+        value = (text(a.string_value) if kind == "string_value"
+                 else values.get(a.string_value_iid, ""))
+        return key, None, value, None, "string", value
     return None
 
 
@@ -198,7 +204,7 @@ class _Sequence:
         self.counter_uuids: list[int] = []
         self.clocks: dict[int, list[int]] = {}
         """Incremental clock id -> [its last value, BOOTTIME minus its value]."""
-        self._name_table: np.ndarray | None = None
+        self._name_table: _IidLookup | None = None
 
     def defaults(self, d: Any) -> None:
         self.clock_id = d.timestamp_clock_id or _BOOTTIME
@@ -209,11 +215,11 @@ class _Sequence:
         boot = next((c.timestamp for c in snapshot.clocks if c.clock_id == _BOOTTIME), None)
         for c in snapshot.clocks:
             if c.is_incremental and boot is not None:
-                self.clocks[c.clock_id] = [c.timestamp, boot - c.timestamp]
+                self.clocks[c.clock_id] = [_int64(c.timestamp), _int64(boot - c.timestamp)]
 
     def intern(self, data: Any) -> None:
-        self.names.update((n.iid, self.strings.id(n.name)) for n in data.event_names)
-        self.arg_names.update((n.iid, n.name) for n in data.debug_annotation_names)
+        self.names.update((n.iid, self.strings.id(text(n.name))) for n in data.event_names)
+        self.arg_names.update((n.iid, text(n.name)) for n in data.debug_annotation_names)
         self.arg_values.update(
             (n.iid, n.str.decode(errors="replace")) for n in data.debug_annotation_string_values
         )
@@ -231,9 +237,9 @@ class _Sequence:
         """A packet's timestamp in BOOTTIME ns."""
         clock = self.clock(packet.timestamp_clock_id or self.clock_id)
         if clock is None:
-            return int(packet.timestamp)
-        clock[0] += packet.timestamp
-        return clock[0] + clock[1]
+            return _int64(packet.timestamp)
+        clock[0] = _int64(clock[0] + packet.timestamp)
+        return _int64(clock[0] + clock[1])
 
     def times(self, deltas: np.ndarray) -> np.ndarray:
         """The BOOTTIME ns of this sequence's next packets, with the default clock."""
@@ -247,11 +253,39 @@ class _Sequence:
     def name_ids(self, iids: np.ndarray) -> np.ndarray:
         """String ids of event name iids (-1 for none or unknown)."""
         if self._name_table is None:
-            table = np.full(max(self.names, default=0) + 1, -1, np.int32)
-            table[list(self.names)] = list(self.names.values())
-            self._name_table = table
-        known = iids < len(self._name_table)
-        return np.where(known, self._name_table[np.where(known, iids, 0)], -1)
+            self._name_table = _IidLookup(self.names)
+        return self._name_table.find(iids)
+
+
+_DENSE_IIDS = 1 << 20
+"""Interned iids below this are looked up in a table indexed by iid (ours count from 1); a
+trace with a larger one (not ours) by binary search: no table as long as its largest iid."""
+
+
+class _IidLookup:
+    """Values by interned iid, for numpy lookups."""
+
+    def __init__(self, values: dict[int, int]) -> None:
+        self.iids = np.array(sorted(values), np.uint64)
+        self.values = np.array([values[i] for i in self.iids.tolist()], np.int32)
+        self.table: np.ndarray | None = None
+        if not len(self.iids) or self.iids[-1] < _DENSE_IIDS:
+            self.table = np.full(int(self.iids[-1]) + 1 if len(self.iids) else 1, -1, np.int32)
+            self.table[self.iids.astype(np.int64)] = self.values
+
+    def find(self, iids: np.ndarray) -> np.ndarray:
+        """The value of each iid (int64, as the uint64 read), -1 for one not interned."""
+        if self.table is not None:
+            known = (iids >= 0) & (iids < len(self.table))
+            return np.where(known, self.table[np.where(known, iids, 0)], -1)
+        keys = iids.astype(np.uint64)
+        at = np.minimum(np.searchsorted(self.iids, keys), len(self.iids) - 1)
+        return np.where(self.iids[at] == keys, self.values[at], -1)
+
+
+def _int64(value: int) -> int:
+    """A time as int64: sums of uint64 times wrap, as the bulk path's numpy ones do."""
+    return (value + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 _UNKNOWN = -2
@@ -435,12 +469,15 @@ class _Events:
     def add_one(self, event: dict[str, Any], flows: list[tuple[int, bool]],
                 extras: list[tuple[int, float]]) -> None:
         """Append one event (its columns' values), with its flows and extra counter values."""
-        def table(rows: list[tuple[Any, Any]], keys: tuple[str, str]) -> dict[str, np.ndarray]:
-            columns = {k: np.array([r[i] for r in rows]) for i, k in enumerate(keys)}
+        def table(rows: list[tuple[Any, Any]], keys: tuple[str, str],
+                  dtypes: dict[str, Any]) -> dict[str, np.ndarray]:
+            # each column its own type: numpy reads [0, 2**64 - 1] as floats
+            columns = {k: np.array([r[i] for r in rows], dtypes[k]) for i, k in enumerate(keys)}
             return {"event": np.zeros(len(rows), np.int64), **columns}
 
-        self.add({k: np.array([v]) for k, v in event.items()},
-                 table(flows, ("flow", "terminating")), table(extras, ("track", "value")))
+        self.add({k: np.array([v], self._COLUMNS[k]) for k, v in event.items()},
+                 table(flows, ("flow", "terminating"), self._FLOWS),
+                 table(extras, ("track", "value"), self._EXTRAS))
 
     def columns(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
                                dict[str, np.ndarray]]:
@@ -606,9 +643,70 @@ def _scanned(data: bytes) -> _Scanned | None:
     return _scan(wirescan.padded(data), 0, len(data))
 
 
-def _expand(chunk: bytes) -> tuple[bytes, _Scanned | None]:
+MAX_PACKET_BYTES = 4 << 30
+"""What a trace's compressed chunks may expand to at most, all together: 4 GiB, and no more
+than EXPANSION times the file (deflate can expand a file a thousandfold: a bomb)."""
+EXPANSION = 64
+MAX_NESTING = 4
+"""Compressed chunks inside compressed chunks, levels deep at most (we write none)."""
+_STEP = 1 << 24
+"""Bytes inflated at a time, each step taken from the budget."""
+
+
+class _Budget:
+    """The bytes a trace's compressed chunks may still expand to, shared by the pool's
+    threads: one sentence once they are spent."""
+
+    def __init__(self, path: Path, file_size: int) -> None:
+        self.path = path
+        self.total = self.left = min(MAX_PACKET_BYTES, EXPANSION * file_size)
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> None:
+        with self._lock:
+            self.left -= size
+            if self.left < 0:
+                raise ProfinferError(
+                    f"{self.path} expands past {self.total >> 20} MiB of packets ({EXPANSION} "
+                    f"times its size, {MAX_PACKET_BYTES >> 30} GiB at most, are read): it is no "
+                    "trace we wrote (a decompression bomb?)")
+
+
+def _inflate(chunk: bytes, budget: _Budget, keep: bool = True) -> bytes:
+    """A zlib stream's data (kept, or only counted), inflated a step at a time from the budget
+    (zlib.error where it is not a whole stream)."""
+    inflater = zlib.decompressobj()
+    parts = []
+    rest = chunk
+    while not inflater.eof:
+        part = inflater.decompress(rest, _STEP)
+        if not part and not rest:
+            raise zlib.error("incomplete or truncated stream")
+        budget.take(len(part))
+        if keep:
+            parts.append(part)
+        rest = inflater.unconsumed_tail
+    return b"".join(parts)
+
+
+def check_expansion(path: Path, data: bytes) -> None:
+    """One sentence where the compressed chunks of a trace (`data`, the bytes of `path`)
+    expand past the budget the import has: checked before trace_processor, which has none,
+    loads it. A chunk that does not inflate is left to trace_processor to report."""
+    scanned = _scanned(data)
+    if scanned is None:
+        return
+    budget = _Budget(path, len(data))
+    for a, b in scanned.compressed[scanned.compressed[:, 0] >= 0].tolist():
+        try:
+            _inflate(data[a:b], budget, keep=False)
+        except zlib.error:
+            return
+
+
+def _expand(chunk: bytes, budget: _Budget) -> tuple[bytes, _Scanned | None]:
     """A compressed chunk's packets, and their scan (None: they do not parse)."""
-    data = zlib.decompress(chunk)
+    data = _inflate(chunk, budget)
     return data, _scanned(data)
 
 
@@ -621,9 +719,10 @@ def _rows_of(table: dict[str, np.ndarray], first: int, last: int) -> dict[str, n
 class _Reader:
     """Reads a trace's packets in order into descriptors, threads and event columns."""
 
-    def __init__(self, path: Path, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, path: Path, pool: ThreadPoolExecutor, budget: _Budget) -> None:
         self.path = path
         self.pool = pool
+        self.budget = budget
         self.strings = _Strings()
         self.arg_sets = _ArgSets()
         self.threads = _Threads()
@@ -646,9 +745,12 @@ class _Reader:
         """Read the packets serialized in `data`, a compressed chunk's in its place."""
         self._read(data, _scanned(data))
 
-    def _read(self, data: bytes, scanned: _Scanned | None) -> None:
+    def _read(self, data: bytes, scanned: _Scanned | None, depth: int = 0) -> None:
         if scanned is None:
             raise _not_a_trace(self.path)
+        if depth > MAX_NESTING:
+            raise ProfinferError(f"{self.path} nests compressed chunks more than {MAX_NESTING} "
+                                 "levels deep: it is no trace we wrote")
         chunks = self._expanded(data, scanned.compressed)
         done = 0
         for i in [*np.flatnonzero(~scanned.bulk).tolist(), len(scanned.starts)]:
@@ -656,7 +758,7 @@ class _Reader:
                 self._bulk(data, scanned, done, i)
             if i < len(scanned.starts):
                 if scanned.compressed[i, 0] >= 0:
-                    self._read(*next(chunks))
+                    self._read(*next(chunks), depth + 1)
                 else:
                     self._packet(data[scanned.starts[i]:scanned.ends[i]])
             done = i + 1
@@ -666,10 +768,12 @@ class _Reader:
         """The compressed chunks at `spans`, expanded and scanned in order on the pool, a few
         ahead of the one being read."""
         todo = iter(spans[spans[:, 0] >= 0].tolist())
-        pending = [self.pool.submit(_expand, data[a:b]) for a, b in islice(todo, _PREFETCH)]
+        pending = [self.pool.submit(_expand, data[a:b], self.budget)
+                   for a, b in islice(todo, _PREFETCH)]
         while pending:
             future = pending.pop(0)
-            pending += [self.pool.submit(_expand, data[a:b]) for a, b in islice(todo, 1)]
+            pending += [self.pool.submit(_expand, data[a:b], self.budget)
+                        for a, b in islice(todo, 1)]
             try:
                 yield future.result()
             except zlib.error:
@@ -677,10 +781,7 @@ class _Reader:
 
     def _packet(self, raw: bytes) -> None:
         """One packet the bulk path does not read (nor a compressed chunk), with protobuf."""
-        try:
-            packet = pb.TracePacket.FromString(raw)
-        except DecodeError:
-            raise _not_a_trace(self.path) from None
+        packet = pb.TracePacket.FromString(raw)
         seq_id = packet.trusted_packet_sequence_id
         seq = self.sequence(seq_id)
         if packet.sequence_flags & _CLEARED:
@@ -704,30 +805,30 @@ class _Reader:
 
     def _process_tree(self, tree: Any) -> None:
         for p in tree.processes:
-            cmdline = list(p.cmdline)
+            cmdline = [text(c) for c in p.cmdline]
             self.threads.process(p.pid, cmdline[0] if cmdline else None,
                                  " ".join(cmdline) or None)
         for t in tree.threads:
-            self.threads.thread(t.tid, t.tgid, t.name, NamedBy.PROCESS_TREE)
+            self.threads.thread(t.tid, t.tgid, text(t.name), NamedBy.PROCESS_TREE)
 
     def _descriptor(self, d: Any, seq: _Sequence) -> None:
         if d.HasField("thread"):
             t = d.thread
-            utid = self.threads.thread(t.tid, t.pid, t.thread_name)
+            utid = self.threads.thread(t.tid, t.pid, text(t.thread_name))
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "thread", None, None,
                                                    utid)
             if seq.valid:  # trace_processor reads it as the sequence's thread then only
                 seq.thread = (t.pid, t.tid)
         elif d.HasField("process"):
-            self.threads.process(d.process.pid, d.process.process_name)
+            self.threads.process(d.process.pid, text(d.process.process_name))
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "process", None)
         elif d.HasField("counter"):
-            unit = d.counter.unit_name or _UNITS.get(d.counter.unit)
+            unit = text(d.counter.unit_name) or _UNITS.get(d.counter.unit)
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "counter",
-                                                   d.name or None, unit)
+                                                   text(d.name) or None, unit)
         else:
             self.descriptors[d.uuid] = _Descriptor(d.uuid, d.parent_uuid, "track",
-                                                   d.name or None)
+                                                   text(d.name) or None)
 
     def code(self, uuid: int) -> int:
         """A track uuid's code: events keep 32-bit codes, not 64-bit uuids."""
@@ -759,7 +860,8 @@ class _Reader:
                 or (e.type == COUNTER and math.isnan(value))
                 or len(values) > MAX_EXTRA_COUNTERS):
             return
-        name = self.strings.id(e.name) if e.HasField("name") else seq.names.get(e.name_iid, -1)
+        name = (self.strings.id(text(e.name)) if e.HasField("name")
+                else seq.names.get(e.name_iid, -1))
         blob = b"".join(pb.TrackEvent(debug_annotations=[a]).SerializeToString()
                         for a in e.debug_annotations)
         uuids = list(e.extra_counter_track_uuids or seq.counter_uuids)
@@ -872,20 +974,24 @@ class _Tracks:
         self.made: dict[int, _Track] = {}
 
     def use(self, uuid: int) -> None:
-        if uuid in self.made:
-            return
-        d = self.descriptors[uuid]
+        """Make a described track, its parents first (a chain of parents that loops back is
+        followed up to where it loops)."""
+        chain: dict[int, None] = {}
+        while uuid not in self.made and uuid in self.descriptors and uuid not in chain:
+            chain[uuid] = None
+            uuid = self.descriptors[uuid].parent
+        for made in reversed(chain):
+            self._make(self.descriptors[made])
+
+    def _make(self, d: _Descriptor) -> None:
         parent = self.made.get(d.parent)
-        if parent is None and d.parent in self.descriptors:
-            self.use(d.parent)
-            parent = self.made[d.parent]
         if d.kind in ("thread", "process"):
             scope, utid = d.kind, d.utid
         elif parent is not None:
             scope, utid = parent.scope, parent.utid
         else:
             scope, utid = "global", None
-        self.made[uuid] = _Track(len(self.made), d, scope, utid)
+        self.made[d.uuid] = _Track(len(self.made), d, scope, utid)
 
     def rows(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """track, thread_track and counter_track rows."""
@@ -1181,7 +1287,7 @@ def _ints(values: np.ndarray) -> Column:
 def _big_tables(reader: _Reader, t: _Tables) -> dict[str, list[Column]]:
     """The columns (after `id`) of the tables with a row per event."""
     s, c = t.slices, t.counters
-    names = [n.encode() for n in reader.strings.ids]
+    names = [n.encode() for n in reader.strings.ids] or [b""]  # a null name points at one
     no_category = Column("int", np.zeros(len(s["ts"]), np.int64), np.ones(len(s["ts"]), bool))
     return {
         "slice": [Column("int", s["ts"]), Column("int", s["dur"]), Column("int", s["track"]),
@@ -1241,8 +1347,13 @@ def load(path: Path, data: bytes) -> sqlite3.Connection:
     """Import a Perfetto TrackEvent trace (`data`, the bytes of `path`) into a new in-memory
     SQLite database."""
     with ThreadPoolExecutor(2) as pool:
-        reader = _Reader(path, pool)
-        reader.read(data)
+        reader = _Reader(path, pool, _Budget(path, len(data)))
+        try:
+            reader.read(data)
+        except DecodeError:
+            raise _not_a_trace(path) from None
+        except wirescan.Malformed as exc:
+            raise ProfinferError(f"{path} is not a well-formed trace: {exc}") from None
         if not reader.descriptors and not reader.events.count:
             raise ProfinferError(f"{path} holds no track events: is it a profinfer-perfetto "
                                  "trace?")

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from profinfer_perfetto.query.wirescan import Malformed, text
+
 _LETTERS = "SDTtXZPI"
 _PREEMPTED = 0x100
 _INVALID = 0x200
@@ -50,22 +52,27 @@ class SchedEvents:
     rows: list[tuple[int, int, int, bool, int, int, int, str]] = field(default_factory=list)
 
     def add(self, bundle: Any) -> None:
-        """An ftrace_events bundle's compact sched events."""
+        """An ftrace_events bundle's compact sched events (Malformed where its columns differ
+        in length or name a comm past its intern table)."""
         c, cpu = bundle.compact_sched, bundle.cpu
-        names = list(c.intern_table)
-        switches = zip(_times(c.switch_timestamp), c.switch_prev_state, c.switch_next_pid,
-                       c.switch_next_prio, c.switch_next_comm_index, strict=True)
-        for ts, state, tid, prio, comm in switches:
-            self.rows.append((ts, len(self.rows), cpu, True, state, tid, prio, names[comm]))
-        wakings = zip(_times(c.waking_timestamp), c.waking_target_cpu, c.waking_pid,
-                      c.waking_prio, c.waking_comm_index, strict=True)
-        for ts, target, tid, prio, comm in wakings:
-            self.rows.append((ts, len(self.rows), cpu, False, target, tid, prio, names[comm]))
+        names = [text(n) for n in c.intern_table]
+        for is_switch, columns in (
+                (True, (c.switch_timestamp, c.switch_prev_state, c.switch_next_pid,
+                        c.switch_next_prio, c.switch_next_comm_index)),
+                (False, (c.waking_timestamp, c.waking_target_cpu, c.waking_pid, c.waking_prio,
+                         c.waking_comm_index))):
+            if len(set(map(len, columns))) > 1:
+                raise Malformed("a compact sched bundle's columns differ in length")
+            if any(i >= len(names) for i in columns[-1]):
+                raise Malformed("a compact sched event names a comm its bundle does not hold")
+            for ts, value, tid, prio, comm in zip(_times(columns[0]), *columns[1:], strict=True):
+                self.rows.append((ts, len(self.rows), cpu, is_switch, value, tid, prio,
+                                  names[comm]))
 
 
 def _times(deltas: Any) -> list[int]:
-    """Absolute times from a bundle's delta-encoded ones."""
-    times: list[int] = np.cumsum(np.asarray(deltas, np.int64)).tolist()
+    """Absolute times from a bundle's delta-encoded ones (uint64, which wrap as int64)."""
+    times: list[int] = np.cumsum(np.asarray(deltas, np.uint64).view(np.int64)).tolist()
     return times
 
 

@@ -22,6 +22,17 @@ _MALFORMED = np.int64(1) << 62
 """The length given to a varint longer than 10 bytes: past any buffer, so bounds checks fail."""
 
 
+class Malformed(Exception):
+    """Packets that parse but break the trace format's own rules (columns of different lengths,
+    an index past its table): the importer names the file in one sentence."""
+
+
+def text(value: str | bytes) -> str:
+    """A protobuf string field as text: protobuf gives the bytes of one that is not UTF-8,
+    which is read with U+FFFD for each bad byte."""
+    return value if isinstance(value, str) else value.decode(errors="replace")
+
+
 def padded(data: bytes) -> np.ndarray:
     return np.frombuffer(data + bytes(PAD), np.uint8)
 

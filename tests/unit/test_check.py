@@ -49,7 +49,7 @@ def test_an_injected_slowdown_is_flagged_and_named(cli: Cli, runs: dict[str, Pat
     flagged = [line for line in result.stdout.splitlines()
                if line.endswith("regression") and not line.startswith("::")]
     assert len(flagged) == 1 and flagged[0].startswith("rel/decode/MUL_MAT/Qcur")
-    assert "::error title=profinfer-perfetto: rel/decode/MUL_MAT/Qcur slower::" in result.stdout
+    assert "::error title=profinfer-perfetto%3A rel/decode/MUL_MAT/Qcur slower::" in result.stdout
     suite = ET.parse(report).getroot()
     failures = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
     assert failures == ["rel/decode/MUL_MAT/Qcur"] and suite.get("failures") == "1"
