@@ -40,3 +40,22 @@ def create_new(path: Path) -> int:
                              "what a killed one left, or a link): move it away first") from None
     except OSError as exc:
         raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def temporary_for(path: Path) -> Path:
+    """Where a file is written before it takes its name: beside it, hidden, this process's."""
+    return path.with_name(f".{path.name}.{os.getpid()}.partial")
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all: into a new private file beside it, then renamed
+    (over a link at `path`, never through it)."""
+    tmp = temporary_for(path)
+    fd = create_new(tmp)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None

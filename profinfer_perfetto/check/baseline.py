@@ -25,6 +25,7 @@ import numpy as np
 
 from profinfer_perfetto import __version__
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.files import write_whole
 from profinfer_perfetto.query.session import TraceQuery, over_traces
 
 FORMAT = "profinfer-perfetto baseline 2"
@@ -63,10 +64,7 @@ class Baseline:
     format: str = FORMAT
 
     def save(self, path: Path) -> None:
-        try:
-            path.write_text(json.dumps(asdict(self), indent=1) + "\n")
-        except OSError as exc:
-            raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+        write_whole(path, json.dumps(asdict(self), indent=1) + "\n")
 
     def share_of(self, key: str) -> float:
         """The share of its phase's time of the op behind an op or share key."""

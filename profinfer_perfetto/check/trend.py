@@ -13,7 +13,7 @@ import numpy as np
 
 from profinfer_perfetto.check.baseline import Baseline
 from profinfer_perfetto.check.verdict import REGRESSION, CheckResult
-from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.files import write_whole
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,4 @@ def drift_warnings(found: list[Trend], result: CheckResult) -> list[str]:
 
 def write_json(found: list[Trend], path: Path) -> None:
     doc = [{**asdict(t), "drifting": t.drifting} for t in found]
-    try:
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-    except OSError as exc:
-        raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+    write_whole(path, json.dumps(doc, indent=1) + "\n")

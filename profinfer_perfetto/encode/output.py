@@ -13,14 +13,10 @@ from pathlib import Path
 from typing import IO
 
 from profinfer_perfetto.errors import ProfinferError
-from profinfer_perfetto.files import create_new
+from profinfer_perfetto.files import create_new, temporary_for
 
 PART_SUFFIX = ".part"
 """A trace `record` is still writing (encode/stream.py): OUTPUT.part until the run ends."""
-
-
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.partial")
 
 
 def check_writable(path: Path) -> None:
@@ -30,14 +26,14 @@ def check_writable(path: Path) -> None:
     if os.path.lexists(part):
         raise ProfinferError(f"{part} is there already (another record writing {path.name}, "
                              "or what a killed one left): move it away first")
-    tmp = _temporary(path)
+    tmp = temporary_for(path)
     os.close(create_new(tmp))
     tmp.unlink()
 
 
 @contextmanager
 def atomic_output(path: Path) -> Iterator[IO[bytes]]:
-    tmp = _temporary(path)
+    tmp = temporary_for(path)
     fd = create_new(tmp)
     try:
         with os.fdopen(fd, "wb") as out:

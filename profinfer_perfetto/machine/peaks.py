@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.files import write_whole
 
 PEAKS_ENV = "PROFINFER_PEAKS"
 FORMAT = 1
@@ -67,17 +68,14 @@ class Peaks:
 
     def save(self, path: Path) -> None:
         """Written whole or not at all."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"format": FORMAT, "machine": self.machine,
-                                       "measured": self.measured,
-                                       "peaks": [asdict(p) for p in self.peaks]}, indent=1)
-                           + "\n")
-            os.replace(tmp, path)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+        write_whole(path, json.dumps({"format": FORMAT, "machine": self.machine,
+                                      "measured": self.measured,
+                                      "peaks": [asdict(p) for p in self.peaks]}, indent=1)
+                    + "\n")
 
 
 _CACHED = Path("profinfer-perfetto", "peaks.json")
