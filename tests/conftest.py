@@ -1,5 +1,5 @@
 """Shared fixtures: the CLI as a subprocess, and the llama.cpp build and models from setup; the
-session's own roofs and cache; hypothesis' profiles."""
+session's own roofs and cache."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from scripts import assets
 
@@ -25,15 +24,6 @@ llama.cpp builds and models, stays.)"""
 os.environ["PROFINFER_PEAKS"] = str(SESSION_DIR / "peaks.json")
 os.environ["XDG_CACHE_HOME"] = str(SESSION_DIR / "cache")
 atexit.register(shutil.rmtree, SESSION_DIR, ignore_errors=True)
-
-settings.register_profile("ci", derandomize=True, max_examples=60, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-"""The suite's fuzzing: a short run, the same inputs every time."""
-settings.register_profile("fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "500")),
-                          deadline=None, suppress_health_check=[HealthCheck.too_slow])
-"""`nox -s fuzz`: random inputs, FUZZ_EXAMPLES a run (nox runs each test again and again for
-its time)."""
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
