@@ -152,6 +152,7 @@ def record(
         raise ProfinferError("give either a command to run (after --) or --pid, not both")
     if ring_pages <= 0 or ring_pages & (ring_pages - 1):
         raise ProfinferError(f"--ring-pages must be a power of two, not {ring_pages}")
+    roofs, roofs_note = peaks.for_record(peaks_file)
     request = RecordRequest(
         command=command or None,
         pid=pid,
@@ -161,7 +162,8 @@ def record(
         rings=RingSizes(ring_pages, ring_pages),
         selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor),
         sched=sched,
-        peaks=peaks.for_record(peaks_file),
+        peaks=roofs,
+        peaks_note=roofs_note,
     )
     raise typer.Exit(RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
                                    stream=bool(stream) or rotation is not None).run())

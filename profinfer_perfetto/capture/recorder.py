@@ -130,6 +130,8 @@ class RecordRequest:
     """Also record every context switch and wakeup on the target's CPUs (capture/sched.py)."""
     peaks: tuple[Peak, ...] = ()
     """This machine's roofs (machine/peaks.py), written into the trace for `roofline`."""
+    peaks_note: str | None = None
+    """Where no roofs were found, where they were looked for (a note of the run)."""
 
 
 def plan(request: RecordRequest) -> ProbePlan | None:
@@ -579,6 +581,8 @@ class _Capture:
 
     def notes(self, lost: dict[Ring, int], sched_lost: int) -> list[str]:
         notes = list(self.probe_plan.notes) + self.extra_notes
+        if self.request.peaks_note is not None:
+            notes.append(self.request.peaks_note)
         if not self.request.selection.barriers:
             notes.append("--no-barriers: an op lasts until its thread's next op, barrier wait "
                          "included")

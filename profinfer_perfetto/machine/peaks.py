@@ -22,7 +22,6 @@ import os
 import platform
 import pwd
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -122,15 +121,13 @@ def stored() -> tuple[Peaks, str | None]:
                      f"FILE or set ${PEAKS_ENV})")
 
 
-def for_record(path: Path | None) -> tuple[Peak, ...]:
+def for_record(path: Path | None) -> tuple[tuple[Peak, ...], str | None]:
     """The roofs record writes into its trace: those in `path` (--peaks), else the stored ones;
-    where there are none, a note on stderr says where they were looked for."""
+    where there are none, a note that says where they were looked for."""
     if path is not None:
-        return tuple(load(path).peaks)
+        return tuple(load(path).peaks), None
     peaks, note = stored()
-    if note is not None:
-        print(f"profinfer-perfetto: note: {note}", file=sys.stderr)
-    return tuple(peaks.peaks)
+    return tuple(peaks.peaks), note
 
 
 def load(path: Path) -> Peaks:
