@@ -31,15 +31,16 @@ def open_new(path: Path) -> int:
     return fd
 
 
-def create_new(path: Path) -> int:
-    """open_new, its failure said in one sentence."""
+def create_new(path: Path, final: Path | None = None) -> int:
+    """open_new, its failure said in one sentence (naming `final`, the file that `path` is the
+    temporary of, where it cannot be written)."""
     try:
         return open_new(path)
     except FileExistsError:
         raise ProfinferError(f"{path} is there already (another run writing the same output, "
                              "what a killed one left, or a link): move it away first") from None
     except OSError as exc:
-        raise ProfinferError(f"cannot write {path}: {exc.strerror}") from None
+        raise ProfinferError(f"cannot write {final or path}: {exc.strerror}") from None
 
 
 def temporary_for(path: Path) -> Path:
@@ -51,7 +52,7 @@ def write_whole(path: Path, text: str) -> None:
     """`text` into `path` whole or not at all: into a new private file beside it, then renamed
     (over a link at `path`, never through it)."""
     tmp = temporary_for(path)
-    fd = create_new(tmp)
+    fd = create_new(tmp, path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)

@@ -27,14 +27,14 @@ def check_writable(path: Path) -> None:
         raise ProfinferError(f"{part} is there already (another record writing {path.name}, "
                              "or what a killed one left): move it away first")
     tmp = temporary_for(path)
-    os.close(create_new(tmp))
+    os.close(create_new(tmp, path))
     tmp.unlink()
 
 
 @contextmanager
 def atomic_output(path: Path) -> Iterator[IO[bytes]]:
     tmp = temporary_for(path)
-    fd = create_new(tmp)
+    fd = create_new(tmp, path)
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
