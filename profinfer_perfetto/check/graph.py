@@ -114,7 +114,7 @@ def _listed(values: Iterable[object]) -> str:
 
 
 def _per_token(total: int, tokens: int) -> str:
-    return f"{total / tokens:.6g} ({total} in {tokens} tokens)" if tokens else f"{total} in all"
+    return f"{total / tokens:,.1f} ({total} in {tokens} tokens)" if tokens else f"{total} in all"
 
 
 def _cut(record: dict[str, str]) -> str | None:

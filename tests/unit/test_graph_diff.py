@@ -5,6 +5,7 @@ differently, is the same."""
 from __future__ import annotations
 
 import json
+from io import StringIO
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -12,7 +13,16 @@ import numpy as np
 
 from profinfer_perfetto.capture.events import Backend, Kind
 from profinfer_perfetto.capture.recorder import Recording
-from profinfer_perfetto.check.graph import CHANGED, NOT_COMPARED, SAME, graph_diff
+from profinfer_perfetto.check import report
+from profinfer_perfetto.check.graph import (
+    CHANGED,
+    NOT_COMPARED,
+    SAME,
+    GraphChange,
+    GraphDiff,
+    graph_diff,
+)
+from profinfer_perfetto.check.verdict import CheckResult
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.errors import ExitCode
 from profinfer_perfetto.model.layout import build_layout
@@ -165,3 +175,14 @@ def test_a_saved_baseline_holds_no_graph(cli: Cli, tmp_path: Path) -> None:
     assert result.returncode == ExitCode.OK, result.stdout + result.stderr
     assert (f"the graph was not compared: {saved} is a saved baseline, which holds no graph: "
             "give the baseline's traces to compare graphs") in result.stdout
+
+
+def test_the_table_lists_the_first_changes_and_counts_the_rest() -> None:
+    many = tuple(GraphChange(("node", f"t-{i}", "ADD"), "decode", None) for i in range(25))
+    out = StringIO()
+    report.table(CheckResult([], graph=GraphDiff(CHANGED, many, "new.pftrace", 30)), out)
+    lines = out.getvalue().splitlines()
+    start = lines.index("the graph changed: new.pftrace differs from the baseline in 25 of its "
+                        "facts")
+    assert lines[start + 1:] == [*(f"  t-{i} ADD: gone" for i in range(report.LISTED_CHANGES)),
+                                 "  and 5 more (--format json lists them all)"]
