@@ -12,6 +12,11 @@ class ExitCode(IntEnum):
     """A ProfinferError: the user's input or machine, stated in one sentence."""
     INTERNAL = 3
     """Anything else: a bug, with its traceback on stderr."""
+    GRAPH_CHANGED = 4
+    """`check`: no regression, but the candidate's graph is not the baseline's (its ops,
+    weights, backends or work differ: check/graph.py, docs/graph-diff.md). A regression is 1
+    even where the graph changed too, so that a CI that accepts 4 (an intended change) never
+    lets a slower build through."""
     INTERRUPTED = 130
 
 

@@ -1,4 +1,5 @@
-"""How `check` reports: a table for people, JSON, JUnit XML and GitHub Actions annotations."""
+"""How `check` reports: a table for people, JSON, JUnit XML and GitHub Actions annotations; each
+after the verdicts, the graph diff (check/graph.py), when it was made."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from typing import TextIO
 from xml.etree import ElementTree as ET
 
 from profinfer_perfetto.check.baseline import PER_STEP, shown
+from profinfer_perfetto.check.graph import NOT_COMPARED, GraphDiff
 from profinfer_perfetto.check.verdict import REGRESSION, UNDECIDED, CheckResult, Verdict
 from profinfer_perfetto.errors import ProfinferError
+
+LISTED_CHANGES = 20
+"""The graph's changes the table and an annotation list (the JSON and JUnit list them all)."""
 
 
 def _row(v: Verdict) -> list[str]:
@@ -36,6 +41,16 @@ def table(result: CheckResult, out: TextIO) -> None:
     failed = [v for v in result.verdicts if v.failed]
     out.write(f"{len(failed)} regression(s) in {len(result.verdicts)} checks\n" if failed
               else f"no regression in {len(result.verdicts)} checks\n")
+    if result.graph is not None:
+        out.write("".join(f"{line}\n" for line in _graph_lines(result.graph)))
+
+
+def _graph_lines(graph: GraphDiff) -> list[str]:
+    """The graph diff's sentence, then its first LISTED_CHANGES changes, indented."""
+    listed = [f"  {c.sentence()}" for c in graph.changes[:LISTED_CHANGES]]
+    more = len(graph.changes) - LISTED_CHANGES
+    return [graph.sentence(), *listed,
+            *([f"  and {more} more (--format json lists them all)"] if more > 0 else [])]
 
 
 def as_json(result: CheckResult, out: TextIO) -> None:
@@ -52,22 +67,38 @@ def as_json(result: CheckResult, out: TextIO) -> None:
                 if v.change else {})}
             for v in result.verdicts
         ],
+        "graph": None if (g := result.graph) is None else {
+            "verdict": g.verdict, "sentence": g.sentence(), "run": g.run or None,
+            "facts": g.facts, "note": g.note or None,
+            "changes": [c.as_dict() for c in g.changes]},
     }
     json.dump(doc, out, indent=1)
     out.write("\n")
 
 
 def junit(result: CheckResult, path: Path) -> None:
+    """A testcase per verdict, and one named `graph` for the graph diff (a failure where the
+    graph changed, its changes as the failure's text; skipped where not compared)."""
+    g = result.graph
     suite = ET.Element("testsuite", name="profinfer-perfetto check",
-                       tests=str(len(result.verdicts)),
-                       failures=str(sum(v.failed for v in result.verdicts)),
-                       skipped=str(sum(v.verdict == UNDECIDED for v in result.verdicts)))
+                       tests=str(len(result.verdicts) + (g is not None)),
+                       failures=str(sum(v.failed for v in result.verdicts)
+                                    + (g is not None and g.changed)),
+                       skipped=str(sum(v.verdict == UNDECIDED for v in result.verdicts)
+                                   + (g is not None and g.verdict == NOT_COMPARED)))
     for v in result.verdicts:
         case = ET.SubElement(suite, "testcase", classname=v.rule.name, name=v.key)
         if v.failed:
             ET.SubElement(case, "failure", message=v.sentence(), type=REGRESSION)
         elif v.verdict == UNDECIDED:
             ET.SubElement(case, "skipped", message=v.sentence())
+    if g is not None:
+        case = ET.SubElement(suite, "testcase", classname="graph", name="graph")
+        if g.changed:
+            ET.SubElement(case, "failure", message=g.sentence(), type=g.verdict).text = "".join(
+                f"{c.sentence()}\n" for c in g.changes)
+        elif g.verdict == NOT_COMPARED:
+            ET.SubElement(case, "skipped", message=g.sentence())
     for w in result.warnings:
         ET.SubElement(suite, "system-err").text = w
     try:
@@ -91,7 +122,8 @@ def _command(kind: str, title: str, message: str) -> str:
 
 
 def github(result: CheckResult, out: TextIO) -> None:
-    """Workflow commands: an error per regression, a warning per warning and undecided key."""
+    """Workflow commands: an error per regression, a warning per warning and undecided key;
+    an error where the graph changed, a warning where it was not compared."""
     for v in result.verdicts:
         if v.failed:
             out.write(_command("error", f"profinfer-perfetto: {v.key} slower", v.sentence()))
@@ -99,3 +131,9 @@ def github(result: CheckResult, out: TextIO) -> None:
             out.write(_command("warning", f"profinfer-perfetto: {v.key}", v.sentence()))
     for w in result.warnings:
         out.write(_command("warning", "profinfer-perfetto", w))
+    g = result.graph
+    if g is not None and g.changed:
+        out.write(_command("error", "profinfer-perfetto: the graph changed",
+                           "\n".join(_graph_lines(g))))
+    elif g is not None and g.verdict == NOT_COMPARED:
+        out.write(_command("warning", "profinfer-perfetto: graph", g.sentence()))

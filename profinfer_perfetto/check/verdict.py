@@ -13,6 +13,7 @@ from profinfer_perfetto.check.baseline import (
     describe,
     shown,
 )
+from profinfer_perfetto.check.graph import GraphDiff
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
@@ -67,6 +68,8 @@ class Verdict:
 class CheckResult:
     verdicts: list[Verdict]
     warnings: list[str] = field(default_factory=list)
+    graph: GraphDiff | None = None
+    """The candidate's graph against the baseline's (None: not looked at)."""
 
     @property
     def failed(self) -> bool:

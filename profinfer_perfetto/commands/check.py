@@ -8,6 +8,7 @@ from pathlib import Path
 
 from profinfer_perfetto.check import report
 from profinfer_perfetto.check.baseline import Baseline, from_traces
+from profinfer_perfetto.check.graph import graph_diff
 from profinfer_perfetto.check.rules import load_rules
 from profinfer_perfetto.check.trend import drift_warnings, trends, write_json
 from profinfer_perfetto.check.verdict import compare
@@ -46,6 +47,7 @@ class CheckCommand:
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")
         result = compare(base, new, rules, settings)
+        result.graph = graph = graph_diff(self._baseline_paths(), traces, self.engine, self.tp_bin)
         found = trends(result, base)
         result.warnings += drift_warnings(found, result)
         if self.trend is not None:
@@ -58,7 +60,8 @@ class CheckCommand:
             report.junit(result, self.junit)
         if self.github:
             report.github(result, sys.stdout)
-        return ExitCode.REGRESSION if result.failed else ExitCode.OK
+        return (ExitCode.REGRESSION if result.failed else
+                ExitCode.GRAPH_CHANGED if graph.changed else ExitCode.OK)
 
     def _baseline_paths(self) -> list[Path]:
         """The baseline: a file, a glob, or a folder of runs (its traces), the newest `last`."""
