@@ -258,11 +258,16 @@ def check(
     trend_plot: Annotated[
         Path | None, typer.Option(help="Also draw each key's trend (SVG).")
     ] = None,
+    paired: Annotated[
+        bool, typer.Option("--paired", help="The i-th baseline run and the i-th candidate run "
+                           "(by name) were recorded one right after the other: judge each key "
+                           "on the pairs' ratios (docs/ab.md).")
+    ] = False,
 ) -> None:
     """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error."""
     _engine(engine)
     raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
-                                  trace_processor, last, trend, trend_plot).run())
+                                  trace_processor, last, trend, trend_plot, paired).run())
 
 
 @app.command()
