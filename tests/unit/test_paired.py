@@ -118,3 +118,27 @@ def test_a_pairs_change_is_the_mean_of_their_log_ratios() -> None:
     spread = pair_change([[100] * 9] * 3, [[105] * 9, [110] * 9, [115] * 9])
     assert spread.low < 0.05 < spread.change < 0.15 < spread.high
     assert spread.change == pytest.approx((1.05 * 1.10 * 1.15) ** (1 / 3) - 1)
+
+
+@pytest.mark.parametrize("case", ["one run", "earlier runs", "unquoted", "rules"])
+def test_ab_says_bad_input_before_it_records(cli: Cli, tmp_path: Path, case: str) -> None:
+    """What would make `ab` fail is said (one sentence, exit 2) before any run is recorded."""
+    folder = tmp_path / "ab"
+    args = ["--runs", "2", "--baseline-cmd", "true"]
+    if case == "one run":
+        args[1] = "1"
+    elif case == "earlier runs":
+        folder.mkdir()
+        (folder / "cand-00.pftrace").write_bytes(b"")
+    elif case == "unquoted":
+        args[3] = "llama-cli -p 'hello"
+    else:
+        (tmp_path / "rules.toml").write_text("[settings]\nconfidence = 2\n")
+        args += ["--rules", str(tmp_path / "rules.toml")]
+    result = cli("ab", "-o", folder, *args, "--", "true")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert not list(folder.glob("base-*")), "nothing recorded"
+    expected = {"one run": "needs 2 pairs at least", "earlier runs": "runs of an earlier ab",
+                "unquoted": "No closing quotation", "rules": "confidence = 2"}[case]
+    assert expected in result.stderr
