@@ -17,6 +17,7 @@ from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.check.baseline import from_traces
 from profinfer_perfetto.commands import doctor
+from profinfer_perfetto.commands.ab import AbCommand
 from profinfer_perfetto.commands.calibrate import CalibrateCommand
 from profinfer_perfetto.commands.check import CheckCommand
 from profinfer_perfetto.commands.draw import DagCommand, PlotCommand
@@ -260,11 +261,52 @@ def check(
     trend_plot: Annotated[
         Path | None, typer.Option(help="Also draw each key's trend (SVG).")
     ] = None,
+    paired: Annotated[
+        bool, typer.Option("--paired", help="The i-th baseline run and the i-th candidate run "
+                           "(by name) were recorded one right after the other: judge each key "
+                           "on the pairs' ratios (docs/ab.md).")
+    ] = False,
 ) -> None:
-    """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error."""
+    """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error,
+    4 the graph changed (docs/graph-diff.md)."""
     _engine(engine)
     raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
-                                  trace_processor, last, trend, trend_plot).run())
+                                  trace_processor, last, trend, trend_plot, paired).run())
+
+
+@app.command()
+def ab(
+    command: Annotated[
+        list[str], typer.Argument(help="The candidate command to record, after --.")
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Folder to keep the runs' traces in.")
+    ],
+    baseline_cmd: Annotated[
+        str, typer.Option("--baseline-cmd", help="The baseline command to record, quoted.")
+    ],
+    runs: Annotated[int, typer.Option(help="Pairs of runs to record.")] = 3,
+    sched: Annotated[
+        bool, typer.Option("--sched", help="Record with --sched (what a task beside the target "
+                           "stalls is judged too).")
+    ] = False,
+    rules: Annotated[
+        Path | None, typer.Option(help="Rules TOML (default rules otherwise).")
+    ] = None,
+    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report.")] = None,
+    github: Annotated[
+        bool, typer.Option("--github", help="Also print GitHub Actions annotations.")
+    ] = False,
+    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    trace_processor: TraceProcessorOption = None,
+) -> None:
+    """Record a baseline and a candidate command in pairs, one right after the other (A B, then
+    B A, ...), and check the candidate on the pairs (check --paired): its exit code."""
+    _engine(engine)
+    check_command = CheckCommand("", "", rules, output_format, junit, github, engine,
+                                 trace_processor, paired=True)
+    raise typer.Exit(AbCommand(output, runs, baseline_cmd, command, sched, check_command).run())
 
 
 @app.command()

@@ -138,7 +138,13 @@ def _subsample(values: list[int]) -> list[int]:
 def from_traces(traces: list[Path], engine: str = "auto", tp_bin: str | None = None
                 ) -> Baseline:
     """Each trace a run; what they were made from is the first's."""
-    return merged(over_traces(traces, _from_query, engine, tp_bin))
+    return merged(runs_of(traces, engine, tp_bin))
+
+
+def runs_of(traces: list[Path], engine: str = "auto", tp_bin: str | None = None
+            ) -> list[Baseline]:
+    """A baseline of each trace, each what its own run was made from."""
+    return over_traces(traces, _from_query, engine, tp_bin)
 
 
 def merged(runs: list[Baseline]) -> Baseline:

@@ -14,6 +14,7 @@ from profinfer_perfetto.check.baseline import (
     shown,
 )
 from profinfer_perfetto.check.graph import GraphDiff
+from profinfer_perfetto.check.paired import pair_change
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
@@ -133,7 +134,11 @@ def _setup_warnings(base: Baseline, new: Baseline) -> list[str]:
 
 
 def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
-            settings: Settings) -> CheckResult:
+            settings: Settings, paired: bool = False) -> CheckResult:
+    """Each watched key's verdict. `paired` (runs lined up by paired.pair_up): a key's median is
+    judged on its pairs' ratios, whose interval holds how runs differ, so no band of the
+    baseline's runs is held against it; a mean is judged as unpaired (the stalls a task beside
+    the target causes are what it is for, whichever runs they hit)."""
     result = CheckResult([], _setup_warnings(base, new))
     confidence = f"{settings.confidence:.0%}"
     judged: list[int] = []
@@ -156,7 +161,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             else:
                 verdict = OK
                 change = (mean_change(a, b, scales[key]) if rule.by_mean else
-                          median_change(a, b, settings.confidence, settings.resamples))
+                          (pair_change if paired else median_change)(
+                              a, b, settings.confidence, settings.resamples))
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
                                            confidence))
@@ -171,7 +177,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             noise = mean_noise(base.samples[v.key], scales[v.key], each)
         else:
             own = spreads[v.key]
-            noise = None if own is None else run_noise(own, each, prior)
+            noise = None if own is None or paired else run_noise(own, each, prior)
         result.verdicts[i] = replace(v, verdict=_judge(v.rule, v.change, noise), noise=noise)
     slower = sorted({v.key for v in result.verdicts if v.failed and
                      v.key.split("/")[0] in (STEP_KEY, WINDOW_KEY)})

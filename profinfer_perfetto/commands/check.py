@@ -9,7 +9,8 @@ from pathlib import Path
 from profinfer_perfetto.check import report
 from profinfer_perfetto.check.baseline import Baseline, from_traces
 from profinfer_perfetto.check.graph import graph_diff
-from profinfer_perfetto.check.rules import load_rules
+from profinfer_perfetto.check.paired import pair_up
+from profinfer_perfetto.check.rules import Rule, Settings, load_rules
 from profinfer_perfetto.check.trend import drift_warnings, trends, write_json
 from profinfer_perfetto.check.verdict import compare
 from profinfer_perfetto.commands.query import expand
@@ -32,22 +33,23 @@ class CheckCommand:
     """Keep only the newest N baseline runs (by modification time); 0: all."""
     trend: Path | None = None
     trend_plot: Path | None = None
+    paired: bool = False
+    """The i-th baseline run and the i-th candidate run (by name) were recorded one right after
+    the other: judge the candidate on the pairs (check/paired.py)."""
 
     def run(self) -> int:
-        if self.output_format not in ("table", "json"):
-            raise ProfinferError(f"unknown format {self.output_format!r} (known: table, json)")
-        rules, settings = load_rules(self.rules)
-        base = Baseline.load(self._baseline_paths(), self.engine, self.tp_bin)
-        traces = expand(self.trace)
-        for trace in traces:
-            if not trace.is_file():
-                raise ProfinferError(f"no trace at {trace}")
-        new = from_traces(traces, self.engine, self.tp_bin)
+        rules, settings = self.options()
+        baseline, traces = self._baseline_paths(), self._traces()
+        if self.paired:
+            base, new = pair_up(baseline, traces, self.engine, self.tp_bin)
+        else:
+            base = Baseline.load(baseline, self.engine, self.tp_bin)
+            new = from_traces(traces, self.engine, self.tp_bin)
         if not set(base.samples) & set(new.samples):
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")
-        result = compare(base, new, rules, settings)
-        result.graph = graph = graph_diff(self._baseline_paths(), traces, self.engine, self.tp_bin)
+        result = compare(base, new, rules, settings, self.paired)
+        result.graph = graph = graph_diff(baseline, traces, self.engine, self.tp_bin)
         found = trends(result, base)
         result.warnings += drift_warnings(found, result)
         if self.trend is not None:
@@ -62,6 +64,21 @@ class CheckCommand:
             report.github(result, sys.stdout)
         return (ExitCode.REGRESSION if result.failed else
                 ExitCode.GRAPH_CHANGED if graph.changed else ExitCode.OK)
+
+    def options(self) -> tuple[tuple[Rule, ...], Settings]:
+        """The rules and settings, once the options are known to be good (`ab` asks before it
+        records)."""
+        if self.output_format not in ("table", "json"):
+            raise ProfinferError(f"unknown format {self.output_format!r} (known: table, json)")
+        return load_rules(self.rules)
+
+    def _traces(self) -> list[Path]:
+        """The candidate's traces, each there."""
+        traces = expand(self.trace)
+        for trace in traces:
+            if not trace.is_file():
+                raise ProfinferError(f"no trace at {trace}")
+        return traces
 
     def _baseline_paths(self) -> list[Path]:
         """The baseline: a file, a glob, or a folder of runs (its traces), the newest `last`."""

@@ -1,0 +1,83 @@
+"""Paired runs: the i-th baseline run and the i-th candidate run (by name) were recorded one right
+after the other (`ab` records them so), so that what slows the machine for a while (a speed mode
+of a shared runner, another job beside it) slows both runs of a pair alike. A key is judged on
+its pairs' ratios, candidate over baseline: what moves both runs of a pair drops out of them,
+what the candidate changed stays, and how the ratios spread from pair to pair is the interval."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from profinfer_perfetto.check.baseline import Baseline, describe, merged, runs_of
+from profinfer_perfetto.check.stats import Change, median_change, t_quantile
+from profinfer_perfetto.errors import ProfinferError
+
+MIN_PAIRS = 2
+"""One pair shows no spread to judge a change by."""
+
+
+def pair_up(base: list[Path], new: list[Path], engine: str = "auto",
+            tp_bin: str | None = None) -> tuple[Baseline, Baseline]:
+    """The baseline's and the candidate's traces, in name order, as two baselines whose runs
+    line up pair by pair (a run without a key holds no samples of it). Bad input: counts that
+    differ, fewer than MIN_PAIRS pairs, a saved baseline (its runs are not pairs), or the runs
+    of a side made from different things (models, builds, threads, counters: the tool's
+    version aside, on which a run's samples do not depend); the two sides may differ, which is
+    what a paired check compares."""
+    if missing := [p for p in base if not p.is_file()]:
+        raise ProfinferError(f"no baseline at {missing[0]}")
+    if saved := [p for p in base if p.suffix == ".json"]:
+        raise ProfinferError(f"--paired pairs runs, and {saved[0]} is a saved baseline: give "
+                             "the baseline's traces")
+    if len(base) != len(new):
+        raise ProfinferError(f"--paired pairs the i-th baseline run with the i-th candidate "
+                             f"run, but there are {len(base)} baseline runs and {len(new)} "
+                             "candidate runs")
+    if len(base) < MIN_PAIRS:
+        raise ProfinferError(f"--paired needs {MIN_PAIRS} pairs of runs at least: one pair "
+                             "shows no spread to judge a change by")
+    sides = []
+    for side, paths in (("baseline", base), ("candidate", new)):
+        runs = runs_of(paths, engine, tp_bin)
+        first = runs[0].made_from
+        for path, run in zip(paths[1:], runs[1:], strict=True):
+            if differ := [k for k in {**first, **run.made_from} if k != "tool" and
+                          first.get(k) != run.made_from.get(k)]:
+                raise ProfinferError(
+                    f"the {side} runs of a paired check must be of one setup, and {path} "
+                    f"({describe({k: run.made_from.get(k, '') for k in differ})}) is not "
+                    f"that of {paths[0]} ({describe({k: first.get(k, '') for k in differ})})")
+        sides.append(_lined_up(runs))
+    return sides[0], sides[1]
+
+
+def _lined_up(runs: list[Baseline]) -> Baseline:
+    """Runs of one trace each as one baseline, each key with a list per run, empty where the
+    run has none of it (baseline.merged leaves such a run out, which would shift the pairs)."""
+    keys = sorted({k for run in runs for k in run.samples})
+    samples = {k: [run.samples[k][0] if k in run.samples else [] for run in runs] for k in keys}
+    return replace(merged(runs), samples=samples)
+
+
+def pair_change(base: list[list[int]], new: list[list[int]], confidence: float = 0.95,
+                resamples: int = 2000) -> Change:
+    """The change of a key's median judged on pairs of runs (`base[i]` with `new[i]`): each
+    pair's ratio of medians, candidate over baseline; their geometric mean as the change, with
+    the `confidence` Student's t interval of the mean of their logarithms. Change.base and .new
+    are each side's pooled median, as in median_change. A key held by fewer than MIN_PAIRS
+    pairs (both sides) is compared as unpaired runs are (median_change)."""
+    pairs = [(b, n) for b, n in zip(base, new, strict=True) if b and n]
+    if len(pairs) < MIN_PAIRS:
+        return median_change(base, new, confidence, resamples)
+    logs = np.array([math.log(max(float(np.median(n)), 1e-9) / max(float(np.median(b)), 1e-9))
+                     for b, n in pairs])
+    mean = float(np.mean(logs))
+    half = (t_quantile(0.5 + confidence / 2, len(logs) - 1)
+            * float(np.std(logs, ddof=1)) / math.sqrt(len(logs)))
+    pooled = [float(np.median([s for run in side for s in run])) for side in (base, new)]
+    return Change(pooled[0], pooled[1], math.expm1(mean), math.expm1(mean - half),
+                  math.expm1(mean + half))

@@ -1,0 +1,144 @@
+"""`check --paired`: synthetic pairs of runs, each pair's two runs at one machine speed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from profinfer_perfetto.check.paired import pair_change
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import build
+from tests import synthetic
+from tests.conftest import Cli
+
+B = ("--engine", "builtin")
+MODES = (1.20, 1.35, 1.25)
+"""The machine's speed during each pair (1: its speed when the unpaired baseline was made)."""
+
+
+def trace(folder: Path, name: str, model: str = "tiny.gguf", **kwargs: object) -> Path:
+    """A synthetic decode run (synthetic.decode_run's options) of `llama-synthetic -m MODEL`."""
+    folder.mkdir(exist_ok=True)
+    rec = synthetic.decode_run(**kwargs)  # type: ignore[arg-type]
+    rec.run = replace(rec.run, cmdline=["llama-synthetic", "-m", model, "-t", "2"])
+    path = folder / f"{name}.pftrace"
+    with path.open("wb") as out:
+        write_perfetto(build_layout(build(rec)), out)
+    return path
+
+
+def pairs(tmp_path: Path, **candidate: Any) -> tuple[Path, Path]:
+    """Three pairs, the machine in another mode for each; the candidates made with `candidate`
+    (decode_run's options)."""
+    for i, speed in enumerate(MODES):
+        trace(tmp_path / "base", f"run{i}", seed=60 + i, speed=speed, noise=0.04)
+        trace(tmp_path / "cand", f"run{i}", seed=70 + i, speed=speed, noise=0.04, **candidate)
+    return tmp_path / "base", tmp_path / "cand"
+
+
+def verdicts(stdout: str) -> dict[str, str]:
+    return {v["key"]: v["verdict"] for v in json.loads(stdout)["verdicts"]}
+
+
+def test_a_slower_machine_mode_in_every_pair_is_not_flagged(cli: Cli, tmp_path: Path) -> None:
+    """The same build, the machine slower by 20-35 % during each pair than when a baseline was
+    made earlier: checked against that baseline the steps regress; paired, nothing does."""
+    base, cand = pairs(tmp_path)
+    for i in range(3):
+        trace(tmp_path / "earlier", f"run{i}", seed=80 + i, noise=0.04)
+    unpaired = cli("check", f"{cand}/*.pftrace", "--baseline", tmp_path / "earlier",
+                   "--format", "json", *B)
+    assert unpaired.returncode == 1, unpaired.stdout + unpaired.stderr
+    assert verdicts(unpaired.stdout)["step/decode"] == "regression"
+    paired = cli("check", f"{cand}/*.pftrace", "--baseline", base, "--paired", "--format",
+                 "json", *B)
+    assert paired.returncode == 0, paired.stdout + paired.stderr
+    assert "regression" not in verdicts(paired.stdout).values()
+
+
+def test_an_op_ten_percent_slower_in_every_candidate_is_flagged(cli: Cli,
+                                                                tmp_path: Path) -> None:
+    """Qcur 10 % slower in each candidate run, the pairs in different machine modes: flagged,
+    and named in the table, JSON, JUnit and GitHub annotations as an unpaired check names it."""
+    base, cand = pairs(tmp_path, slow="MUL_MAT/Qcur", factor=1.10)
+    report = tmp_path / "report.xml"
+    args = ("check", f"{cand}/*.pftrace", "--baseline", f"{base}/*.pftrace", "--paired", *B)
+    result = cli(*args, "--junit", report, "--github")
+    assert result.returncode == 1, result.stdout + result.stderr
+    flagged = [line for line in result.stdout.splitlines()
+               if line.endswith("regression") and not line.startswith("::")]
+    assert len(flagged) == 1 and flagged[0].startswith("rel/decode/MUL_MAT/Qcur"), result.stdout
+    assert "::error title=profinfer-perfetto%3A rel/decode/MUL_MAT/Qcur slower::" in result.stdout
+    failures = [c.get("name") for c in ET.parse(report).getroot().iter("testcase")
+                if c.find("failure") is not None]
+    assert failures == ["rel/decode/MUL_MAT/Qcur"]
+    doc = json.loads(cli(*args, "--format", "json").stdout)
+    (qcur,) = [v for v in doc["verdicts"] if v["verdict"] == "regression"]
+    assert qcur["change"] == pytest.approx(0.10, abs=0.02)
+    assert 0.03 < qcur["interval"][0] < qcur["change"] < qcur["interval"][1]
+    assert qcur["noise"] is None
+
+
+@pytest.mark.parametrize("case", ["counts", "one pair", "models", "saved"])
+def test_runs_that_are_no_pairs_are_bad_input(cli: Cli, tmp_path: Path, case: str) -> None:
+    base, cand = pairs(tmp_path)
+    baseline: str | Path = base
+    if case == "counts":
+        (cand / "run2.pftrace").unlink()
+    elif case == "one pair":
+        baseline, cand = base / "run0.pftrace", cand / "run0.pftrace"
+    elif case == "models":
+        trace(base, "run1", model="other.gguf", seed=61, speed=MODES[1])
+    else:
+        baseline = tmp_path / "saved.json"
+        assert cli("query", f"{base}/*.pftrace", "--save-baseline", baseline, *B).returncode == 0
+    result = cli("check", f"{cand}/*.pftrace" if cand.is_dir() else cand, "--baseline",
+                 baseline, "--paired", *B)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    expected = {"counts": "there are 3 baseline runs and 2 candidate runs",
+                "one pair": "needs 2 pairs of runs at least",
+                "models": "(model other.gguf) is not that of", "saved": "is a saved baseline"}[case]
+    assert expected in result.stderr
+
+
+def test_a_pairs_change_is_the_mean_of_their_log_ratios() -> None:
+    """Pairs in three machine modes, the candidate 10 % slower in each: the change is +10 %
+    exactly, with no spread between pairs to widen it; ratios that spread give a t interval
+    around their geometric mean."""
+    modes = [100, 150, 80]
+    change = pair_change([[m] * 9 for m in modes], [[round(m * 1.1)] * 9 for m in modes])
+    assert change.change == pytest.approx(0.10) and change.low == pytest.approx(change.high)
+    spread = pair_change([[100] * 9] * 3, [[105] * 9, [110] * 9, [115] * 9])
+    assert spread.low < 0.05 < spread.change < 0.15 < spread.high
+    assert spread.change == pytest.approx((1.05 * 1.10 * 1.15) ** (1 / 3) - 1)
+
+
+@pytest.mark.parametrize("case", ["one run", "earlier runs", "unquoted", "rules"])
+def test_ab_says_bad_input_before_it_records(cli: Cli, tmp_path: Path, case: str) -> None:
+    """What would make `ab` fail is said (one sentence, exit 2) before any run is recorded."""
+    folder = tmp_path / "ab"
+    args = ["--runs", "2", "--baseline-cmd", "true"]
+    if case == "one run":
+        args[1] = "1"
+    elif case == "earlier runs":
+        folder.mkdir()
+        (folder / "cand-00.pftrace").write_bytes(b"")
+    elif case == "unquoted":
+        args[3] = "llama-cli -p 'hello"
+    else:
+        (tmp_path / "rules.toml").write_text("[settings]\nconfidence = 2\n")
+        args += ["--rules", str(tmp_path / "rules.toml")]
+    result = cli("ab", "-o", folder, *args, "--", "true")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert not list(folder.glob("base-*")), "nothing recorded"
+    expected = {"one run": "needs 2 pairs at least", "earlier runs": "runs of an earlier ab",
+                "unquoted": "No closing quotation", "rules": "confidence = 2"}[case]
+    assert expected in result.stderr
