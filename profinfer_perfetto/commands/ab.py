@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from profinfer_perfetto import signals
 from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.check.paired import MIN_PAIRS
 from profinfer_perfetto.commands.check import CheckCommand
@@ -86,6 +87,7 @@ class AbCommand:
               file=sys.stderr, flush=True)
         with _stdout_to_stderr():
             RecordCommand(request, output).run()
+        signals.raise_if_noted()  # a signal ended that capture: the pairs end with it
 
 
 @contextlib.contextmanager
