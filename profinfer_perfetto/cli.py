@@ -95,6 +95,12 @@ def record(
         typer.Option("--barriers/--no-barriers", help="Probe the barrier calls that end each "
                      "thread's share of an op (without: one trap per op, waits not separated)."),
     ] = True,
+    inner_waits: Annotated[
+        bool,
+        typer.Option("--inner-waits", help="Also probe the barriers inside ops (matmuls, "
+                     "CPU_REPACK, llamafile) and draw their waits within the op: two more "
+                     "traps per such barrier, and seconds to remove the probes at the end."),
+    ] = False,
     floor: Annotated[
         bool,
         typer.Option("--floor", help="Attach the op probes with programs that return at once "
@@ -161,7 +167,8 @@ def record(
         counters=tuple(counters),
         libs=tuple(lib or ()),
         rings=RingSizes(ring_pages, ring_pages),
-        selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor),
+        selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor,
+                                  inner_waits),
         sched=sched,
         peaks=roofs,
         peaks_note=roofs_note,

@@ -427,11 +427,11 @@ def _attach(session: ProbeSession, selection: Selection, probe_plan: ProbePlan,
 
 
 def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
-    """The plan's probes that the selection keeps: no barriers with --no-barriers, no waits
-    inside ops with --aggregate (which counts them as the op's work)."""
+    """The plan's probes that the selection keeps: no barriers with --no-barriers, the waits
+    inside ops only with --inner-waits."""
     return tuple(p for p in probe_plan.probes
                  if (selection.barriers or p.fn not in BARRIER_PROBES)
-                 and not (selection.aggregate and p.fn in INNER_WAIT_PROBES))
+                 and (selection.inner_waits or p.fn not in INNER_WAIT_PROBES))
 
 
 @dataclass

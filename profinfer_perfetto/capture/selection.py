@@ -30,6 +30,11 @@ class Selection:
     """Attach the op probes only around the chosen steps (their traps then cost the other steps
     nothing); removing them takes the kernel about a second, so this suits sampling periods of
     seconds (a server monitor), and a chosen step can be missed when steps come faster."""
+    inner_waits: bool = False
+    """Also probe every call of ggml_barrier inside an op's own function and its return (a
+    matmul's threads wait there for each other): the waits are drawn within their ops, at two
+    more traps per such call and about 0.1-0.2 s per probe (some 250 in a build with llamafile)
+    to remove them when the capture ends."""
 
     def selected(self, step: int) -> bool:
         return (step >= self.first and (self.last == 0 or step < self.last)
@@ -51,8 +56,8 @@ class Selection:
 
     @staticmethod
     def parse(tokens: str | None, sample: int, ops: str | None, detach: bool = False,
-              aggregate: bool = False, barriers: bool = True, floor: bool = False
-              ) -> Selection:
+              aggregate: bool = False, barriers: bool = True, floor: bool = False,
+              inner_waits: bool = False) -> Selection:
         """From --tokens A:B, --sample N and --ops MUL_MAT,ffn_*."""
         first = last = 0
         if tokens:
@@ -75,8 +80,12 @@ class Selection:
             raise ProfinferError("--detach goes with --tokens or --sample")
         if aggregate and names:
             raise ProfinferError("--aggregate counts every op: it does not go with --ops")
+        if inner_waits and (aggregate or not barriers):
+            raise ProfinferError("--inner-waits draws waits between barrier events: it does not "
+                                 "go with --aggregate or --no-barriers")
         if floor and (aggregate or names):
             raise ProfinferError("--floor sends no op events: it does not go with --aggregate "
                                  "or --ops")
         return Selection(first, last, sample, tuple(o for o in names if not o.endswith("*")),
-                         prefixes[0] if prefixes else "", aggregate, barriers, floor, detach)
+                         prefixes[0] if prefixes else "", aggregate, barriers, floor, detach,
+                         inner_waits)

@@ -116,7 +116,7 @@ def check_a_generation(cli: Cli, llama: Callable[..., Path], model: Callable[[st
     # the library's unversioned name: a link in the shared builds, the module ggml dlopens in
     # a build with GGML_BACKEND_DL
     bpftrace = BpftraceCount(llama("llama-completion", build).parent / "libggml-cpu.so", COUNTED)
-    result = cli("record", *wait, "-o", out, "--",
+    result = cli("record", "--inner-waits", *wait, "-o", out, "--",
                  *completion(llama, model("tiny-llama"), threads, build=build))
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
