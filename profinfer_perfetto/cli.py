@@ -44,6 +44,14 @@ TraceProcessorOption = Annotated[
     str | None,
     typer.Option("--trace-processor", help=f"trace_processor_shell binary (or ${TP_BIN_ENV})."),
 ]
+EngineOption = Annotated[str, typer.Option(help="auto, trace_processor or builtin.")]
+# What `check` and `ab` report alike.
+RulesOption = Annotated[Path | None, typer.Option(help="Rules TOML (default rules otherwise).")]
+FormatOption = Annotated[str, typer.Option("--format", help="table or json.")]
+JunitOption = Annotated[Path | None, typer.Option(help="Also write a JUnit XML report.")]
+GithubOption = Annotated[
+    bool, typer.Option("--github", help="Also print GitHub Actions annotations.")
+]
 
 
 @app.command()
@@ -248,15 +256,11 @@ def check(
         str, typer.Option(help="A baseline (query --save-baseline), or traces to compare with: "
                           "a quoted glob, or a folder of past runs.")
     ],
-    rules: Annotated[
-        Path | None, typer.Option(help="Rules TOML (default rules otherwise).")
-    ] = None,
-    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
-    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report.")] = None,
-    github: Annotated[
-        bool, typer.Option("--github", help="Also print GitHub Actions annotations.")
-    ] = False,
-    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    rules: RulesOption = None,
+    output_format: FormatOption = "table",
+    junit: JunitOption = None,
+    github: GithubOption = False,
+    engine: EngineOption = "auto",
     trace_processor: TraceProcessorOption = None,
     last: Annotated[
         int, typer.Option(help="Keep only the newest N baseline runs (a folder or glob of "
@@ -297,15 +301,11 @@ def ab(
         bool, typer.Option("--sched", help="Record with --sched (what a task beside the target "
                            "stalls is judged too).")
     ] = False,
-    rules: Annotated[
-        Path | None, typer.Option(help="Rules TOML (default rules otherwise).")
-    ] = None,
-    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
-    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report.")] = None,
-    github: Annotated[
-        bool, typer.Option("--github", help="Also print GitHub Actions annotations.")
-    ] = False,
-    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    rules: RulesOption = None,
+    output_format: FormatOption = "table",
+    junit: JunitOption = None,
+    github: GithubOption = False,
+    engine: EngineOption = "auto",
     trace_processor: TraceProcessorOption = None,
 ) -> None:
     """Record a baseline and a candidate command in pairs, one right after the other (A B, then
@@ -355,7 +355,7 @@ def dag(
         str, typer.Option(help="What a node's colour says: " + ", ".join(f"{f.value}"
                                                                         for f in Fill) + ".")
     ] = Fill.TIME.value,
-    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    engine: EngineOption = "auto",
     trace_processor: TraceProcessorOption = None,
 ) -> None:
     """Draw one graph of a run as its DAG (graphviz): nodes by layer, filled by their time."""
@@ -368,7 +368,7 @@ def plot(
     trace: Annotated[Path, typer.Argument(help="The trace.")],
     figure: Annotated[str, typer.Argument(help="The figure: " + ", ".join(FIGURES) + ".")],
     output: Annotated[Path, typer.Option("-o", "--output", help="NAME.svg.")],
-    engine: Annotated[str, typer.Option(help="auto, trace_processor or builtin.")] = "auto",
+    engine: EngineOption = "auto",
     trace_processor: TraceProcessorOption = None,
 ) -> None:
     """Draw a ProfStat figure of a trace (a metric's points) as SVG."""
