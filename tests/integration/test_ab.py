@@ -1,8 +1,9 @@
 """`profinfer-perfetto ab`: real runs recorded in pairs and checked on them.
 
-Whether two builds pass depends on them; what holds by construction is that the same command
-as baseline and candidate, recorded in pairs, passes: with two pairs the t interval of their
-ratios is wide (one degree of freedom), and nothing differs between the sides.
+Whether two builds pass depends on them, and whether two runs of one command pass depends on
+the machine's noise (two pairs of 8 tokens, beside other work, can differ past a rule); what
+holds by construction is that the same command as baseline and candidate is recorded in the
+order said, checked without bad input, and has the same graph.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.check.graph import SAME
+from profinfer_perfetto.errors import ExitCode
 from tests.conftest import TIMEOUT, Cli
 from tests.integration.test_record import completion
 
@@ -28,9 +31,9 @@ def test_the_same_command_twice_in_pairs_passes(
     result = cli("ab", "-o", runs, "--runs", "2", "--baseline-cmd", shlex.join(command),
                  "--format", "json", "--engine", "builtin", "--", *command,
                  timeout=5 * TIMEOUT)  # four runs recorded, then checked
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode in (ExitCode.OK, ExitCode.REGRESSION), result.stderr
     doc = json.loads(result.stdout)  # what record says goes to stderr
-    assert not doc["failed"] and doc["verdicts"]
+    assert doc["verdicts"] and doc["graph"]["verdict"] == SAME
     traces = {p.name: p.stat().st_mtime_ns for p in runs.iterdir()}
     assert sorted(traces) == ["base-00.pftrace", "base-01.pftrace", "cand-00.pftrace",
                               "cand-01.pftrace"]
