@@ -35,15 +35,15 @@ def tests(session: nox.Session) -> None:
 
 def _fuzz_tests(session: nox.Session) -> list[str]:
     collected = session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "--collect-only", "tests/unit", "-k", "fuzz", silent=True) or ""
-    return [line for line in collected.splitlines() if "::" in line]
+                            "--collect-only", "tests/unit", silent=True) or ""
+    return [line for line in collected.splitlines() if "::test_fuzz_" in line]
 
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """The fuzz tests (tests/unit, -k fuzz) on random inputs: each test run after run (of
-    $FUZZ_EXAMPLES inputs, default 500) for $FUZZ_SECONDS (default 600: 10 minutes per parser);
-    posargs name the tests to run (default: all of them)."""
+    """The fuzz tests (tests/unit's test_fuzz_*: one or more a parser) on random inputs: each
+    test run after run (of $FUZZ_EXAMPLES inputs, default 500) for $FUZZ_SECONDS (default 600:
+    10 minutes a test); posargs name the tests to run (default: all of them)."""
     seconds = float(os.environ.get("FUZZ_SECONDS", "600"))
     for test in session.posargs or _fuzz_tests(session):
         end = time.monotonic() + seconds

@@ -1,18 +1,26 @@
-"""The regression gate's false alarms and power, from runs recorded once and judged in process.
+"""The paired gate's false alarms and power, as CI would meet them: `ab` runs of PAIRS pairs.
 
-Each recording is kept (under $PROFINFER_CACHE/bench/gate/SETUP/), so a change to `check`'s
-statistics or keys is judged again on the same runs without recording them anew (delete the
-folder to record afresh). Setups: tiny-llama and medium-llama at 1 thread
-(pinned to the last CPU: this VM's two vCPUs differ in speed) and 2 threads, RUNS runs each,
-then HOGGED runs with a busy loop pinned to the last CPU, then RUNS - POOLED runs each with
-ffn_down's matmuls (named ffn_out) made 10 % and 5 % slower by a libggml-cpu built for it
-(bench/slowed.py). The first POOLED runs of a setup are the baseline that its later runs, its
-hogged runs and its slowed runs are checked against with the default rules.
+For each setup (tiny-llama and medium-llama at 1 thread, pinned to the last CPU, and at 2
+threads) and each candidate, CHECKS runs of `profinfer-perfetto ab --runs PAIRS --sched`
+against the same command as the baseline: the same command again (a false alarm if flagged),
+ffn_down's matmuls (named ffn_out) 10 % and 5 % slower by a libggml-cpu built for it
+(bench/slowed.py), and a busy loop pinned to the last CPU while each candidate run runs (both
+to be caught). The candidates take turns (check i of each, then check i + 1 of each), so a
+slower hour of the machine falls on all of them alike.
+
+Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i), recorded only
+where missing, and judged again in process with the default rules, so a change to the paired
+statistics is judged on the same runs (delete the folder to record afresh). $GATE_CHECKS
+(default 20) sets how many checks; $GATE_SETUPS (e.g. "tiny-llama-t1,tiny-llama-t2") which
+setups. The graph diff is measured on its own case: medium-llama-down3 (layer 3's ffn_down in
+Q4_0) against medium-llama.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,78 +28,116 @@ from pathlib import Path
 from typing import Any
 
 from bench.slowed import slowed_env
-from profinfer_perfetto.check.baseline import Baseline, from_traces, merged
+from profinfer_perfetto.check.paired import pair_up
 from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings
 from profinfer_perfetto.check.verdict import REGRESSION, compare
 from scripts import assets
 
-RUNS = 23
-POOLED = 3
-HOGGED = 5
+PAIRS = 3
 SETUPS = (("tiny-llama", 1, 48), ("tiny-llama", 2, 48), ("medium-llama", 1, 32),
           ("medium-llama", 2, 32))
 SLOWED = "ffn_out"
 """The nodes slowed: ffn_down's matmuls (its tensor is named ffn_out)."""
-SLOWDOWNS = (10, 5)
-"""Percent."""
 FOLDER = assets.CACHE / "bench" / "gate"
+DONE = ".complete"
+"""Written into an `ab` folder once its pairs are recorded and checked."""
 
 Completion = Callable[[str, int, int], list[str]]
+Candidate = Callable[[list[str]], list[str]]
 
 
-def _busy_loop(cpu: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c", "while :; do :; done"])
+def _slowed(percent: int) -> Candidate:
+    env = slowed_env(SLOWED, percent)
+    names = ("LD_LIBRARY_PATH", "GGML_SLOW_NAME", "GGML_SLOW_PERCENT")
+    return lambda command: ["env", *(f"{n}={env[n]}" for n in names), *command]
 
 
-def recorded(folder: Path, count: int, command: list[str], hog: bool = False,
-             env: dict[str, str] | None = None) -> list[Baseline]:
-    """`count` recordings of `command` (under `record --sched`, so that stalls are seen for what
-    they are, in `env`), each kept as FOLDER/i.pftrace and recorded only where missing (with a
-    busy loop on the last CPU while they run if `hog`); each as its one-run baseline."""
-    folder.mkdir(parents=True, exist_ok=True)
-    traces = [folder / f"{i}.pftrace" for i in range(count)]
-    missing = [t for t in traces if not t.exists()]
-    busy = _busy_loop(max(os.sched_getaffinity(0))) if hog and missing else None
-    try:
-        for trace in missing:
-            part = trace.with_suffix(".recording")
-            subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "--sched",
-                            "-o", str(part), "--", *command],
-                           check=True, capture_output=True, env=env)
-            part.rename(trace)
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
-    return [from_traces([trace], "builtin") for trace in traces]
+def _hogged(cpu: int) -> Candidate:
+    """The command with a busy loop pinned to `cpu` for as long as it runs."""
+    script = (f'taskset -c {cpu} sh -c "while :; do :; done" & hog=$!; "$@"; status=$?; '
+              'kill $hog; exit $status')
+    return lambda command: ["sh", "-c", script, "sh", *command]
 
 
-def _judged(base: Baseline, runs: list[Baseline], settings: Settings) -> dict[str, Any]:
-    """Each run checked against `base` with the default rules: runs and keys flagged."""
-    results = [compare(base, run, DEFAULT_RULES, settings) for run in runs]
-    flagged = [[v.key for v in r.verdicts if v.verdict == REGRESSION] for r in results]
-    return {"checks": len(runs), "flagged_runs": sum(bool(f) for f in flagged),
-            "flagged_keys": sum(map(len, flagged)),
-            "decided_keys": sum(v.change is not None for r in results for v in r.verdicts),
+def candidates(cpu: int) -> dict[str, Candidate]:
+    """What each setup's command is checked against: a name for the table, and the candidate's
+    command made from the baseline's."""
+    return {"same command": lambda command: command,
+            f"{SLOWED} 10 % slower": _slowed(10), f"{SLOWED} 5 % slower": _slowed(5),
+            f"busy loop on CPU {cpu} (candidate runs only)": _hogged(cpu)}
+
+
+def _ab(folder: Path, baseline: list[str], candidate: list[str]) -> None:
+    """One `ab` run into `folder`, unless it is there from an earlier run."""
+    if (folder / DONE).exists():
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    result = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "ab", "-o", str(folder),
+                             "--runs", str(PAIRS), "--sched", "--engine", "builtin",
+                             "--baseline-cmd", shlex.join(baseline), "--", *candidate],
+                            capture_output=True, text=True)
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"ab in {folder} exited {result.returncode}: {result.stderr}")
+    (folder / DONE).write_text(result.stdout)
+
+
+def _flagged(folder: Path, settings: Settings) -> list[str]:
+    """The keys the paired check of `folder`'s runs flags, judged here and now."""
+    base, new = pair_up(sorted(folder.glob("base-*.pftrace")),
+                        sorted(folder.glob("cand-*.pftrace")), "builtin")
+    result = compare(base, new, DEFAULT_RULES, settings, paired=True)
+    return [v.key for v in result.verdicts if v.verdict == REGRESSION]
+
+
+def _counted(flagged: list[list[str]]) -> dict[str, Any]:
+    return {"checks": len(flagged), "flagged": sum(bool(f) for f in flagged),
             "which": sorted({k for f in flagged for k in f})}
 
 
+def _setups() -> list[tuple[str, int, int]]:
+    wanted = os.environ.get("GATE_SETUPS")
+    return [s for s in SETUPS
+            if wanted is None or f"{s[0]}-t{s[1]}" in wanted.split(",")]
+
+
 def bench_gate(completion: Completion, settings: Settings | None = None) -> dict[str, Any]:
-    """False alarms (later runs of each setup), hogs and real slowdowns (to be caught)."""
+    """False alarms (the same command), real slowdowns and a hog (to be caught), per setup;
+    the graph diff of a retyped tensor."""
     settings = settings or Settings()
+    checks = int(os.environ.get("GATE_CHECKS", "20"))
     last = max(os.sched_getaffinity(0))
     results: dict[str, Any] = {}
-    for model, threads, tokens in SETUPS:
+    for model, threads, tokens in _setups():
         pin = ["taskset", "-c", str(last)] if threads == 1 else []
         command = [*pin, *completion(model, tokens, threads)]
-        setup = f"{model} t{threads}"
-        runs = recorded(FOLDER / f"{model}-t{threads}", RUNS, command)
-        hogged = recorded(FOLDER / f"{model}-t{threads}-hog", HOGGED, command, hog=True)
-        base = merged(runs[:POOLED])
-        results[f"{setup}: reruns"] = _judged(base, runs[POOLED:], settings)
-        results[f"{setup}: busy loop on CPU {last}"] = _judged(base, hogged, settings)
-        for percent in SLOWDOWNS:
-            slower = recorded(FOLDER / f"{model}-t{threads}-{SLOWED}{percent}", RUNS - POOLED,
-                              command, env=slowed_env(SLOWED, percent))
-            results[f"{setup}: {SLOWED} {percent} % slower"] = _judged(base, slower, settings)
+        flagged: dict[str, list[list[str]]] = {name: [] for name in candidates(last)}
+        for i in range(checks):
+            for name, candidate in candidates(last).items():
+                folder = FOLDER / f"{model}-t{threads}" / name.split(" (")[0] / str(i)
+                _ab(folder, command, candidate(command))
+                flagged[name].append(_flagged(folder, settings))
+        for name, runs in flagged.items():
+            results[f"{model} t{threads}: {name}"] = _counted(runs)
+    results["graph diff"] = graph_diff(completion)
     return results
+
+
+def graph_diff(completion: Completion) -> dict[str, Any]:
+    """`check` of medium-llama-down3 against medium-llama: its exit code and what it names."""
+    folder = FOLDER / "graph-diff"
+    folder.mkdir(parents=True, exist_ok=True)
+    traces = {}
+    for model in ("medium-llama", "medium-llama-down3"):
+        traces[model] = folder / f"{model}.pftrace"
+        if not traces[model].exists():
+            subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                            str(traces[model]), "--", *completion(model, 8, 2)],
+                           check=True, capture_output=True)
+    result = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "check",
+                             str(traces["medium-llama-down3"]), "--baseline",
+                             str(traces["medium-llama"]), "--engine", "builtin"],
+                            capture_output=True, text=True)
+    lines = result.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if "the graph changed" in line), len(lines))
+    return {"exit": result.returncode,
+            "said": [line for line in lines[start:] if line.startswith(("the graph", "  "))]}

@@ -6,12 +6,12 @@ bench/results.md.
 query   seconds for `op_summary` on a 1 M-op trace, per engine available here. The trace is a
         real recording (medium-llama, 64 tokens, 2 threads) tiled in time to 1 M op slices,
         cached under $PROFINFER_CACHE/bench.
-gate    the regression gate's false alarms and power (bench/gate.py): 23 recordings of each
-        setup (tiny-llama and medium-llama at 1 and 2 threads), the last 20 checked against
-        the first three; 5 with a busy loop on a CPU the target uses, and 20 with ffn_down's
-        matmuls made 10 % and 5 % slower by a libggml-cpu built for it (bench/slowed.py),
-        against the same three (to be caught). The recordings are kept, so the gate's
-        statistics can be judged again on them.
+gate    the paired gate's false alarms and power (bench/gate.py): per setup (tiny-llama and
+        medium-llama at 1 and 2 threads), 20 `ab` runs of 3 pairs against the same command,
+        against ffn_down's matmuls made 10 % and 5 % slower by a libggml-cpu built for it
+        (bench/slowed.py) and against a busy loop on a CPU the target uses during the
+        candidate's runs; and the graph diff of medium-llama-down3 against medium-llama. The
+        recordings are kept, so the paired statistics can be judged again on them.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (8 pairs), for Gemma-3-270M and the medium random models at 1 and
         2 threads (1-thread runs: llama.cpp pinned to one CPU), `--floor` (the probe sites with
@@ -773,11 +773,15 @@ def markdown(results: dict[str, Any]) -> str:
                           str(r["gbyte_per_s"]), str(r["roof_share"]), r["verdict"]]
                          for r in c["decode_matmuls"]])
     if "gate" in results:
-        lines += _table(["check (default rules, baseline: a setup's first 3 runs)", "checks",
-                         "runs flagged", "keys flagged / decided", "keys that were flagged"],
-                        [[name, str(r["checks"]), str(r["flagged_runs"]),
-                          f"{r['flagged_keys']} / {r['decided_keys']}", ", ".join(r["which"])]
-                         for name, r in results["gate"].items()])
+        gate = dict(results["gate"])
+        graph = gate.pop("graph diff", None)
+        lines += _table(["ab --runs 3 (paired check, default rules): setup: candidate",
+                         "checks", "flagged", "keys that were flagged"],
+                        [[name, str(r["checks"]), str(r["flagged"]), ", ".join(r["which"])]
+                         for name, r in gate.items()])
+        if graph is not None:
+            lines += ["", f"check medium-llama-down3 --baseline medium-llama: exit "
+                      f"{graph['exit']}", "", "```", *graph["said"], "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -132,7 +132,8 @@ def llama_bin(tool: str, build: str = "shared") -> Path:
 
 
 def model(name: str) -> Path:
-    """tiny-llama, tiny-qwen3moe, tiny-mixtral, medium-llama, medium-qwen3moe, gemma-3-270m."""
+    """tiny-llama, tiny-qwen3moe, tiny-mixtral, medium-llama, medium-llama-down3,
+    medium-qwen3moe, gemma-3-270m."""
     file = "gemma-3-270m-q4_k_m.gguf" if name == "gemma-3-270m" else f"{name}.gguf"
     return MODELS / file
 

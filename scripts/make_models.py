@@ -15,7 +15,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gguf
@@ -48,6 +48,8 @@ class Spec:
     wtype: QType = QType.F16
     rope_base: float = 10000.0
     rms_eps: float = 1e-5
+    retyped: tuple[tuple[str, QType], ...] = ()  # tensors of another type than wtype
+    weights_of: str = ""  # the model whose weights these are ("": this one's own)
 
     @property
     def d_head(self) -> int:
@@ -55,15 +57,20 @@ class Spec:
 
 
 LLAMA, QWEN3MOE = gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.QWEN3MOE
+# ~0.49B params, ~0.52 GB: Qwen2.5-0.5B-like depth and FFN width with a 32k vocab.
+MEDIUM_LLAMA = Spec("medium-llama", LLAMA, n_layer=24, n_embd=1024, n_head=16, n_head_kv=4,
+                    n_ff=4864, n_vocab=32000, n_ctx=4096, wtype=QType.Q8_0)
 SPECS = [
     Spec("tiny-llama", LLAMA, n_layer=4, n_embd=256, n_head=4, n_head_kv=2, n_ff=768),
     Spec("tiny-qwen3moe", QWEN3MOE, n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=256,
          n_expert=8, n_expert_used=2, rope_base=1e6, rms_eps=1e-6),
     Spec("tiny-mixtral", LLAMA, n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=512,
          n_expert=4, n_expert_used=2),
-    # ~0.49B params, ~0.52 GB: Qwen2.5-0.5B-like depth and FFN width with a 32k vocab.
-    Spec("medium-llama", LLAMA, n_layer=24, n_embd=1024, n_head=16, n_head_kv=4, n_ff=4864,
-         n_vocab=32000, n_ctx=4096, wtype=QType.Q8_0),
+    MEDIUM_LLAMA,
+    # medium-llama with one tensor of another type (layer 3's ffn_down in Q4_0): the graph
+    # diff's case of a quantization change (`nox -s bench -- --only gate`).
+    replace(MEDIUM_LLAMA, name="medium-llama-down3", weights_of="medium-llama",
+            retyped=(("blk.3.ffn_down.weight", QType.Q4_0),)),
     # ~0.55B total / ~0.25B active params, ~0.59 GB: a shrunken Qwen3-30B-A3B.
     Spec("medium-qwen3moe", QWEN3MOE, n_layer=16, n_embd=1024, n_head=16, n_head_kv=4, n_ff=512,
          n_expert=16, n_expert_used=4, head_dim=128, n_vocab=32000, n_ctx=4096,
@@ -204,14 +211,15 @@ def write_model(s: Spec, path: Path) -> int:
         for tname, shape in FAMILIES[s.arch](s, w):
             generic = ".".join("{bid}" if p.isdigit() else p for p in tname.split(".")[:-1])
             assert generic in allowed, f"{tname} is not a {arch_name} tensor"
-            data = weight(tname, shape, seed=zlib.crc32(s.name.encode()))
+            data = weight(tname, shape, seed=zlib.crc32((s.weights_of or s.name).encode()))
             n_params += data.size
+            wtype = dict(s.retyped).get(tname, s.wtype)
             if len(shape) == 1 or tname.endswith(ALWAYS_F32):
                 w.add_tensor(tname, data)
-            elif s.wtype == QType.F16:
+            elif wtype == QType.F16:
                 w.add_tensor(tname, data.astype(np.float16))
             else:
-                w.add_tensor(tname, gguf.quants.quantize(data, s.wtype), raw_dtype=s.wtype)
+                w.add_tensor(tname, gguf.quants.quantize(data, wtype), raw_dtype=wtype)
 
         w.write_header_to_file()
         w.write_kv_data_to_file()

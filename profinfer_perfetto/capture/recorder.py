@@ -137,13 +137,13 @@ class RecordRequest:
 def plan(request: RecordRequest) -> ProbePlan | None:
     """Where the probes go, from the target's files; None for a command whose own files do not
     hold the ggml runtime (it is found when the command runs: `record` follows it)."""
-    extra = list(request.libs)
+    extra, inner = list(request.libs), request.selection.inner_waits
     if request.command:
         objects = target.objects_of_command(request.command, extra)
-        return target.plan_probes(objects) if target.runtime_in(objects) else None
+        return target.plan_probes(objects, inner) if target.runtime_in(objects) else None
     if request.pid is None:
         raise ProfinferError("give a command to run or --pid of a running process")
-    return target.plan_probes(target.objects_of_process(request.pid, extra))
+    return target.plan_probes(target.objects_of_process(request.pid, extra), inner)
 
 
 def require_root() -> None:
@@ -283,7 +283,8 @@ def _await_runtime(launched: _Launched, request: RecordRequest) -> tuple[int, Pr
                     continue
                 launched.found = tgid  # before take(): held by one of them at every moment
                 watcher.take(tgid)
-                return tgid, target.plan_probes(objects + list(request.libs))
+                return tgid, target.plan_probes(objects + list(request.libs),
+                                                request.selection.inner_waits)
             ended = launched.ended()
             if ended is not None:
                 raise ProfinferError(f"{name} ended ({ended}) without loading the ggml runtime: "

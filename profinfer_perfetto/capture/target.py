@@ -248,8 +248,10 @@ def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list
     return probes
 
 
-def plan_probes(objects: list[Path]) -> ProbePlan:
-    """Find every probed function in the target's files; refuse if the runtime is not there."""
+def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
+    """Find every probed function in the target's files (the calls of ggml_barrier inside ops
+    only with `inner_waits`: finding them decodes some hundred functions); refuse if the
+    runtime is not there."""
     files = [ElfFile(p) for p in dict.fromkeys(objects) if p.exists()]
     names = [str(objects[0])] + [f.path.name for f in files[1:]]
     probes: list[Probe] = []
@@ -292,7 +294,8 @@ def plan_probes(objects: list[Path]) -> ProbePlan:
             f"no call of ggml_barrier found in {op_file.path.name}'s graph loop: "
             "barrier wait is counted as op time"
         )
-    probes += _inner_wait_probes(op_file, op_symbol, notes)
+    if inner_waits:
+        probes += _inner_wait_probes(op_file, op_symbol, notes)
     if not sites[FUSED_SYMBOL] and FUSED_SYMBOL in op_file.symbols:
         probes.append(_entry(op_file, FUSED_SYMBOL, "fused_op_begin"))
 

@@ -36,7 +36,7 @@ def _read_all(f: ElfFile) -> None:
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=st.lists(st.tuples(_HEADERS, st.integers(0, 255)), min_size=1, max_size=8),
        cut=st.integers(64, len(SEED)))
-def test_a_mutated_elf_file_is_read_or_refused_in_one_sentence(
+def test_fuzz_elf_file_is_read_or_refused_in_one_sentence(
         tmp_path: Path, changes: list[tuple[int, int]], cut: int) -> None:
     data = bytearray(SEED)
     for at, value in changes:

@@ -92,7 +92,7 @@ def _folders(draw: st.DrawFn) -> Folder:
 
 @settings(deadline=None)
 @given(_folders())
-def test_a_changed_folder_is_recovered_or_refused_in_one_sentence(files: Folder) -> None:
+def test_fuzz_spill_folder_is_recovered_or_refused_in_one_sentence(files: Folder) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "run.pftrace"
         folder = spill_path(output)
