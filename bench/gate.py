@@ -75,7 +75,7 @@ def _ab(folder: Path, baseline: list[str], candidate: list[str]) -> None:
     result = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "ab", "-o", str(folder),
                              "--runs", str(PAIRS), "--sched", "--engine", "builtin",
                              "--baseline-cmd", shlex.join(baseline), "--", *candidate],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, errors="replace")
     if result.returncode not in (0, 1):
         raise RuntimeError(f"ab in {folder} exited {result.returncode}: {result.stderr}")
     (folder / DONE).write_text(result.stdout)
