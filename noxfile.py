@@ -120,5 +120,5 @@ def protos(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks (as root, after scripts/setup.sh): bench/results.json and bench/results.md."""
+    """Benchmarks (as root, after scripts/setup.sh): bench/results.json and docs/benchmarks.md."""
     session.run(sys.executable, "-m", "bench.run", *session.posargs)
