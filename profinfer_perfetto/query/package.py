@@ -25,7 +25,7 @@ FOLDER = Path(__file__).resolve().parent / NAME
 SUMMARY_SPEC = Path(__file__).resolve().parent / "profinfer_summary.textproto"
 """The trace summary spec (Perfetto's metrics v2) of the headline metrics."""
 
-_INCLUDE = re.compile(r"^INCLUDE PERFETTO MODULE ([\w.]+);\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^INCLUDE PERFETTO MODULE ([\w.]+);[ \t]*$", re.MULTILINE)
 _DEFINES = re.compile(r"^CREATE (?:PERFETTO )?(?:TABLE|VIEW) (profinfer_\w+)", re.MULTILINE)
 _PERFETTO = re.compile(r"^CREATE PERFETTO (TABLE|VIEW|INDEX) ", re.MULTILINE)
 _NAME = re.compile(r"\bprofinfer_\w+")
