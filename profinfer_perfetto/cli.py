@@ -237,10 +237,10 @@ def query(
         Path | None,
         typer.Option(help="Also save the traces' samples (each trace a run) as a baseline."),
     ] = None,
-    print_sql_package: Annotated[bool, typer.Option(help="Print the profinfer SQL package's "
-                                                    "folder (--add-sql-package).")] = False,
-    print_summary_spec: Annotated[bool, typer.Option(help="Print the trace summary spec's path "
-                                                     "(trace_processor summarize).")] = False,
+    print_sql_package: Annotated[bool, typer.Option(
+        "--print-sql-package", help="Print the profinfer SQL package's folder.")] = False,
+    print_summary_spec: Annotated[bool, typer.Option(
+        "--print-summary-spec", help="Print the trace summary spec's path.")] = False,
 ) -> None:
     """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
     if print_sql_package or print_summary_spec:
