@@ -22,7 +22,7 @@ from profinfer_perfetto.commands.calibrate import CalibrateCommand
 from profinfer_perfetto.commands.check import CheckCommand
 from profinfer_perfetto.commands.draw import DagCommand, PlotCommand
 from profinfer_perfetto.commands.open import DEFAULT_PORT, OpenCommand
-from profinfer_perfetto.commands.query import QueryCommand, expand
+from profinfer_perfetto.commands.query import QueryCommand, expand, print_paths
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.commands.recover import RecoverCommand
 from profinfer_perfetto.draw.dag import Fill
@@ -221,7 +221,7 @@ def recover(
 
 @app.command()
 def query(
-    trace: Annotated[str, typer.Argument(help="A trace, or a quoted glob of traces.")],
+    trace: Annotated[str | None, typer.Argument(help="A trace, or a quoted glob of them.")] = None,
     metrics: Annotated[
         list[str] | None, typer.Argument(help="Canned metrics to run; none lists them.")
     ] = None,
@@ -237,8 +237,16 @@ def query(
         Path | None,
         typer.Option(help="Also save the traces' samples (each trace a run) as a baseline."),
     ] = None,
+    print_sql_package: Annotated[bool, typer.Option(
+        "--print-sql-package", help="Print the profinfer SQL package's folder.")] = False,
+    print_summary_spec: Annotated[bool, typer.Option(
+        "--print-summary-spec", help="Print the trace summary spec's path.")] = False,
 ) -> None:
     """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
+    if print_sql_package or print_summary_spec:
+        raise typer.Exit(print_paths(print_sql_package, print_summary_spec))
+    if trace is None:
+        raise ProfinferError("query needs a trace (or --print-sql-package, --print-summary-spec)")
     _engine(engine)
     if save_baseline is not None:
         from_traces(expand(trace), engine, trace_processor).save(save_baseline)

@@ -10,6 +10,7 @@ from pathlib import Path
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.query.engines import Result
 from profinfer_perfetto.query.metrics import canned, metric
+from profinfer_perfetto.query.package import FOLDER, SUMMARY_SPEC
 from profinfer_perfetto.query.render import RENDERERS, Report
 from profinfer_perfetto.query.session import TraceQuery, over_traces
 
@@ -24,6 +25,15 @@ def expand(pattern: str) -> list[Path]:
             raise ProfinferError(f"no trace matches {pattern}")
         return found
     return [Path(pattern)]
+
+
+def print_paths(sql_package: bool, summary_spec: bool) -> int:
+    """`--print-sql-package`, `--print-summary-spec`: where the files are, for trace_processor's
+    `--add-sql-package` and `summarize`."""
+    for wanted, path in ((sql_package, FOLDER), (summary_spec, SUMMARY_SPEC)):
+        if wanted:
+            print(path)
+    return ExitCode.OK
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query import importer
+from profinfer_perfetto.query.package import FOLDER
 from profinfer_perfetto.query.trace_file import check_whole
 
 TP_BIN_ENV = "PROFINFER_TP_BIN"
@@ -169,7 +170,7 @@ class _Shell:
             raise ProfinferError(f"cannot run trace_processor {bin_path}: it is not executable")
         try:
             self._proc = subprocess.Popen([*_ending_with_us(), bin_path, "-D", "--http-port",
-                                           str(port)],
+                                           str(port), "--add-sql-package", str(FOLDER)],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL)
         except OSError as exc:

@@ -1,23 +1,25 @@
-"""The canned ProfStat metrics: one `.sql` file each in query/sql/, headed by what it answers;
-and the prelude's tables, which a query gets built only when it reads them."""
+"""The canned ProfStat metrics: one module each in the `profinfer` SQL package (query/package.py),
+headed by what it answers, defining the view `profinfer_` + its name."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 from profinfer_perfetto.errors import ProfinferError
-from profinfer_perfetto.query.engines import statements
-
-PRELUDE = "prelude"
+from profinfer_perfetto.query.package import NAME, modules
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str
     sql: str
+    """Its module's text."""
+
+    @property
+    def query(self) -> str:
+        """The SQL that answers it (the package's tables it reads are built first)."""
+        return f"SELECT * FROM {NAME}_{self.name}"
 
     @property
     def header(self) -> list[str]:
@@ -45,59 +47,14 @@ _WHEN_EMPTY = "when empty: "
 
 
 @cache
-def _all() -> dict[str, Metric]:
-    folder = resources.files("profinfer_perfetto.query").joinpath("sql")
-    found = {}
-    for entry in folder.iterdir():
-        if entry.name.endswith(".sql"):
-            name = entry.name[: -len(".sql")]
-            found[name] = Metric(name, entry.read_text())
-    return dict(sorted(found.items()))
-
-
 def canned() -> dict[str, Metric]:
-    return {k: v for k, v in _all().items() if k != PRELUDE}
-
-
-@dataclass(frozen=True)
-class PreludeTable:
-    name: str
-    statements: tuple[str, ...]
-    """Its CREATE TABLE (or VIEW), then its indexes."""
-    needs: frozenset[str]
-    """The prelude tables it reads."""
-
-
-_TABLE = re.compile(r"CREATE (?:TABLE|VIEW) (profinfer_\w+)", re.IGNORECASE)
-_INDEX = re.compile(r"CREATE (?:UNIQUE )?INDEX \w+ ON (profinfer_\w+)", re.IGNORECASE)
-_NAME = re.compile(r"\bprofinfer_\w+")
-
-
-@cache
-def prelude_tables() -> dict[str, PreludeTable]:
-    """prelude.sql's tables in the order it creates them."""
-    parts: dict[str, list[str]] = {}
-    for statement in statements(_all()[PRELUDE].sql):
-        made, indexed = _TABLE.match(statement), _INDEX.match(statement)
-        if made:
-            parts[made.group(1)] = [statement]
-        elif indexed and indexed.group(1) in parts:
-            parts[indexed.group(1)].append(statement)
-        else:
-            raise ProfinferError(f"prelude.sql: a statement makes no profinfer table: {statement}")
-    return {name: PreludeTable(name, tuple(sql), frozenset(_NAME.findall(sql[0])) - {name})
-            for name, sql in parts.items()}
-
-
-def tables_read_by(sql: str) -> list[PreludeTable]:
-    """The prelude tables `sql` reads, with the ones they read, in the order to build them."""
-    tables = prelude_tables()
-    wanted = {name for name in _NAME.findall(sql) if name in tables}
-    while True:
-        more = set().union(*(tables[name].needs for name in wanted)) - wanted
-        if not more:
-            return [t for name, t in tables.items() if name in wanted]
-        wanted |= more
+    """The package's top-level modules, by metric name (op_summary: profinfer.op_summary)."""
+    found = {}
+    for module in modules().values():
+        name = module.name.removeprefix(f"{NAME}.")
+        if "." not in name:
+            found[name] = Metric(name, module.sql)
+    return found
 
 
 def metric(name: str) -> Metric:

@@ -1,4 +1,5 @@
-"""A trace opened for queries: its engine, with the prelude tables a query reads built first."""
+"""A trace opened for queries: its engine, with the SQL package's tables a query reads built
+first."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import TypeVar
 
 from profinfer_perfetto.model.names import ARG_KEY_PREFIX, RECORD_SLICE
 from profinfer_perfetto.query.engines import Engine, Result, open_engine
-from profinfer_perfetto.query.metrics import metric, tables_read_by
+from profinfer_perfetto.query.metrics import metric
+from profinfer_perfetto.query.package import setup_statements
 
 
 class TraceQuery:
@@ -22,16 +24,13 @@ class TraceQuery:
         self._built: set[str] = set()
 
     def metric(self, name: str) -> Result:
-        return self.sql(metric(name).sql)
+        return self.sql(metric(name).query)
 
     def sql(self, sql: str) -> Result:
         """Run `sql` (one or more statements; the last one's rows are returned), after building
-        the prelude tables it reads."""
-        for table in tables_read_by(sql):
-            if table.name not in self._built:
-                for statement in table.statements:
-                    self.engine.query(statement)
-                self._built.add(table.name)
+        the SQL package's tables it reads."""
+        for setup in setup_statements(sql, self.engine.name, self._built):
+            self.engine.query(setup)
         return self.engine.query(sql)
 
     def recording_args(self) -> dict[str, str]:

@@ -6,6 +6,10 @@
 --               start of a launched run; empty for a --pid capture that cannot know it)
 --   dur_ns      step latency
 --   tokens_per_s
+
+INCLUDE PERFETTO MODULE profinfer.prelude.steps;
+
+CREATE PERFETTO VIEW profinfer_token_steps AS
 SELECT step, phase, n_tokens, sequences, pos, dur AS dur_ns,
        ROUND(n_tokens * 1e9 / dur, 2) AS tokens_per_s
 FROM profinfer_step

@@ -9,6 +9,11 @@
 --   work_ns        their summed work time
 --   waiting_ns     runnable-not-running time inside that work
 --   share          waiting_ns over work_ns
+
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+INCLUDE PERFETTO MODULE profinfer.prelude.sched;
+
+CREATE PERFETTO VIEW profinfer_interference_ops AS
 WITH span AS (
   SELECT o.tid, o.ts, o.dur, o.graph, o.node FROM profinfer_op_times o
 ),

@@ -9,6 +9,10 @@
 --   slices          op slices (thread shares) of that op and role
 --   total, mean     the counter summed, and per slice
 --   per_us          count per microsecond of op work
+
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+
+CREATE PERFETTO VIEW profinfer_counters AS
 WITH counted AS (
   SELECT SUBSTR(a.key, LENGTH('debug.counter_') + 1) AS counter, o.op, o.role,
          SUM(a.int_value) AS total

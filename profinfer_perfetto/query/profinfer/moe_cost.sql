@@ -10,6 +10,11 @@
 --   mean_tokens     tokens routed, on average
 --   mean_ns         instance time (first thread's start to last thread's end)
 --   ns_per_expert   mean_ns over experts
+
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+INCLUDE PERFETTO MODULE profinfer.prelude.moe;
+
+CREATE PERFETTO VIEW profinfer_moe_cost AS
 WITH per_node AS (
   SELECT graph, node, phase, COUNT(DISTINCT expert) AS experts, COUNT(DISTINCT token) AS tokens
   FROM profinfer_route GROUP BY graph, node

@@ -11,6 +11,11 @@
 --   taken_ns   its run time on the target's CPUs while the target wanted them
 --   steps      token steps it ran in
 --   cpus       the CPUs it took time on
+
+INCLUDE PERFETTO MODULE profinfer.prelude.steps;
+INCLUDE PERFETTO MODULE profinfer.prelude.sched;
+
+CREATE PERFETTO VIEW profinfer_interference_tasks AS
 WITH taken AS (
   SELECT o.utid, o.cpu, MIN(o.ts + o.dur, c.ts + c.dur) - MAX(o.ts, c.ts) AS ns
   FROM profinfer_contended c JOIN profinfer_other_run o

@@ -26,6 +26,12 @@
 --   roof_gflop_per_s    the roof at its intensity
 --   roof_share          achieved / roof
 --   verdict             memory-bound, compute-bound or overhead-bound
+
+INCLUDE PERFETTO MODULE profinfer.prelude.nodes;
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+INCLUDE PERFETTO MODULE profinfer.prelude.peak;
+
+CREATE PERFETTO VIEW profinfer_roofline AS
 WITH groups AS (
   SELECT ROW_NUMBER() OVER (ORDER BY n.phase, n.op, n.role, n.src0_dtype, g.n_threads) AS gid,
          n.phase, n.op, n.role, n.src0_dtype AS dtype, g.n_threads AS threads,

@@ -8,6 +8,10 @@
 --   imbalance                summed slowest shares over summed fastest shares
 --   wait_share               barrier wait over work + wait, summed over threads
 --   worst_graph, worst_spread_ns   the instance with the largest spread
+
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+
+CREATE PERFETTO VIEW profinfer_thread_balance AS
 WITH per AS (
   SELECT op, role, graph, threads, work, slowest, fastest, wait,
          slowest - fastest AS spread,

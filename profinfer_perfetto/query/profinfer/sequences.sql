@@ -13,6 +13,10 @@
 --   decode_mean_ns, decode_max_ns   its decode steps' latency (a whole step's, shared with the
 --                    other sequences in it)
 --   tokens_per_s     its decoded tokens over its decode steps' time
+
+INCLUDE PERFETTO MODULE profinfer.prelude.steps;
+
+CREATE PERFETTO VIEW profinfer_sequences AS
 WITH ordered AS (
   SELECT seq, step, n_tokens, pos, ts, dur,
          LAG(n_tokens) OVER (PARTITION BY seq ORDER BY step) AS prev_tokens,

@@ -14,6 +14,10 @@
 --   layer_cv        coefficient of variation of the layer's activations over its experts
 --   dist_mean, dist_p50, dist_p90   tokens since the expert's last activation in the layer
 --                   (nearest rank; empty for its first activation)
+
+INCLUDE PERFETTO MODULE profinfer.prelude.moe;
+
+CREATE PERFETTO VIEW profinfer_moe_experts AS
 WITH
 first_op AS (  -- the layer's expert ops route the same ids: one of them counts
   SELECT graph, layer, MIN(node) AS node FROM profinfer_route GROUP BY graph, layer

@@ -7,6 +7,10 @@
 --   first_ns        the phase's first step (for prefill: time to first token)
 --   total_ns, mean_ns, p50_ns, p90_ns, max_ns   step latency (percentiles: nearest rank)
 --   tokens_per_s    tokens over the phase's summed step time
+
+INCLUDE PERFETTO MODULE profinfer.prelude.steps;
+
+CREATE PERFETTO VIEW profinfer_token_latency AS
 WITH ranked AS (
   SELECT phase, step, n_tokens, dur,
          ROW_NUMBER() OVER (PARTITION BY phase ORDER BY dur) AS rn,

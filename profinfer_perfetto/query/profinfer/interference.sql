@@ -14,6 +14,10 @@
 --   others_ns      other tasks' run time on the target's CPUs during the step
 --   top            the task that ran longest during the step ("process/thread tid"), if any
 --   top_ns         its run time there
+
+INCLUDE PERFETTO MODULE profinfer.prelude.sched;
+
+CREATE PERFETTO VIEW profinfer_interference AS
 WITH taken AS (
   SELECT st.step, o.utid, o.process, o.thread, o.tid,
          SUM(MIN(o.ts + o.dur, st.ts + st.dur) - MAX(o.ts, st.ts)) AS ns

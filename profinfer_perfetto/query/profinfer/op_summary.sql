@@ -7,6 +7,11 @@
 --   count      op instances
 --   total_ns, mean_ns, p50_ns, p90_ns, max_ns   instance time (percentiles: nearest rank)
 --   share      total_ns over the phase's token-step time
+
+INCLUDE PERFETTO MODULE profinfer.prelude.steps;
+INCLUDE PERFETTO MODULE profinfer.prelude.node_ranks;
+
+CREATE PERFETTO VIEW profinfer_op_summary AS
 WITH grouped AS (
   SELECT grp, COUNT(*) AS n, MIN(rowid) AS first, SUM(dur) AS total_ns, AVG(dur) AS mean,
          MAX(dur) AS max_ns

@@ -17,6 +17,10 @@
 --   backends            how many backends ran these weights in this phase
 --   wins                1 on the backend with the highest GFLOP/s for them (ties: the first
 --                       by name)
+
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+
+CREATE PERFETTO VIEW profinfer_backend_split AS
 WITH per AS (
   SELECT phase, op, role, src0 AS weights, backend, COUNT(*) AS count, SUM(dur) AS total_ns,
          SUM(flops) AS flops

@@ -14,6 +14,10 @@
 --   residual            mean_ns / fit_ns - 1
 --   outlier             1 when |residual| > 0.25
 --   r2                  the op's fit quality
+
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+
+CREATE PERFETTO VIEW profinfer_op_cost AS
 WITH inst AS (
   SELECT op, role, src0_dtype AS dtype, flops / 1e6 AS x, 1.0 * dur AS y, bytes
   FROM profinfer_node WHERE flops > 0

@@ -10,6 +10,10 @@
 --   kv_min, kv_max    KV lengths covered
 --   slope_ns_per_token, intercept_ns   least-squares line y = intercept + slope * x
 --   r2                fit quality (1 = perfect; empty when x or y is constant)
+
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+
+CREATE PERFETTO VIEW profinfer_kv_growth AS
 WITH points AS (SELECT op, role, layer, kv_len AS x, dur AS y FROM profinfer_kv_point),
 -- Each point twice: in its layer's group and in the all-layers group (layer -2 stands for
 -- "all" until the output, where it shows as empty).

@@ -5,6 +5,11 @@
 --   n_nodes, ops             mean nodes per graph (views included) and computed ops per graph
 --   total_ns, mean_ns, p50_ns, max_ns   graph time (p50: nearest rank)
 --   op_share, wait_share     thread time in ops and waiting at barriers, over their sum
+
+INCLUDE PERFETTO MODULE profinfer.prelude.nodes;
+INCLUDE PERFETTO MODULE profinfer.prelude.ops;
+
+CREATE PERFETTO VIEW profinfer_graph_summary AS
 WITH ops AS (
   SELECT graph, COUNT(DISTINCT node) AS ops, SUM(dur) AS work, SUM(wait) AS wait
   FROM profinfer_op GROUP BY graph
