@@ -106,35 +106,71 @@ class _Sequence:
 
 
 def read(path: Path) -> Trace:
+    reader = _Reader()
     decoded = list(packets(path.read_bytes()))
-    sequences: dict[int, _Sequence] = {}
-    tracks: dict[int, official.TrackDescriptor] = {}
-    last_ts: dict[int, int] = {}
-    open_slices: dict[int, list[Slice]] = {}
-    slices: list[Slice] = []
-    instants: list[Slice] = []
-    counters: dict[int, list[tuple[int, float]]] = {}
-    flow_start: dict[int, Slice] = {}
-    flows: list[tuple[Slice, Slice]] = []
-
-    def advance(uuid: int, ts: int, i: int) -> None:
-        assert uuid in tracks, f"packet {i}: track {uuid} used before described"
-        assert ts >= last_ts.get(uuid, ts), f"packet {i}: time goes back on track {uuid}"
-        last_ts[uuid] = ts
-
     for i, p in enumerate(decoded):
+        reader.packet(i, p)
+    return reader.trace(len(decoded))
+
+
+@dataclass
+class _Reader:
+    """The state of a trace read packet by packet."""
+
+    sequences: dict[int, _Sequence] = field(default_factory=dict)
+    tracks: dict[int, official.TrackDescriptor] = field(default_factory=dict)
+    last_ts: dict[int, int] = field(default_factory=dict)
+    open_slices: dict[int, list[Slice]] = field(default_factory=dict)
+    slices: list[Slice] = field(default_factory=list)
+    instants: list[Slice] = field(default_factory=list)
+    counters: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    flow_start: dict[int, Slice] = field(default_factory=dict)
+    flows: list[tuple[Slice, Slice]] = field(default_factory=list)
+
+    def trace(self, packets: int) -> Trace:
+        assert all(not s for s in self.open_slices.values()), "slices left open"
+        assert not self.flow_start, f"flows never terminated: {sorted(self.flow_start)}"
+        # trace_processor sorts events by time; the slice table comes out in that order.
+        self.slices.sort(key=lambda s: s.ts)
+        self.instants.sort(key=lambda s: s.ts)
+        _describe(self.slices)
+        return Trace(packets, self.tracks, self.slices, self.counters, self.instants,
+                     self.flows)
+
+    def packet(self, i: int, p: official.TracePacket) -> None:
+        seq = self.sequence(i, p)
+        kind = p.WhichOneof("data")
+        if kind == "clock_snapshot":
+            _snapshot(seq, p.clock_snapshot)
+            return  # trace_processor reads no timestamp from a snapshot packet
+        ts = seq.time(p) if p.HasField("timestamp") else None
+        if kind == "track_descriptor":
+            d = p.track_descriptor
+            assert d.uuid not in self.tracks, f"track {d.uuid} described twice"
+            assert not d.parent_uuid or d.parent_uuid in self.tracks, (
+                "parent described after child")
+            assert not d.counter.is_incremental, "incremental counters are not read here"
+            self.tracks[d.uuid] = d
+        elif kind == "track_event":
+            assert p.sequence_flags & (CLEARED | NEEDS), (
+                f"packet {i}: does not say it needs state")
+            assert ts is not None, f"packet {i}: track event without a timestamp"
+            self.track_event(i, p.track_event, seq, ts)
+
+    def sequence(self, i: int, p: official.TracePacket) -> _Sequence:
+        """The packet's sequence state, after the packet's own interned data and defaults."""
         sid = p.trusted_packet_sequence_id
         assert sid != 0, f"packet {i}: no sequence"
         cleared = bool(p.sequence_flags & CLEARED)
-        if sid not in sequences:
+        if sid not in self.sequences:
             assert p.first_packet_on_sequence and p.previous_packet_dropped and cleared, (
                 f"packet {i}: sequence {sid} does not start by clearing its state")
         else:
             assert not p.first_packet_on_sequence, f"packet {i}: sequence {sid} starts twice"
             assert cleared or not p.previous_packet_dropped, f"packet {i}: packets lost"
         if cleared:
-            sequences[sid] = _Sequence()
-        seq = sequences[sid]
+            self.sequences[sid] = _Sequence()
+        seq = self.sequences[sid]
         if p.HasField("trace_packet_defaults"):
             seq.defaults = p.trace_packet_defaults
         for n in p.interned_data.event_names:
@@ -143,58 +179,59 @@ def read(path: Path) -> Trace:
             _intern(seq.arg_names, n.iid, n.name)
         for n in p.interned_data.debug_annotation_string_values:
             _intern(seq.arg_values, n.iid, n.str.decode())
-        kind = p.WhichOneof("data")
-        if kind == "clock_snapshot":
-            _snapshot(seq, p.clock_snapshot)
-            continue  # trace_processor reads no timestamp from a snapshot packet
-        ts = seq.time(p) if p.HasField("timestamp") else None
-        if kind == "track_descriptor":
-            d = p.track_descriptor
-            assert d.uuid not in tracks, f"track {d.uuid} described twice"
-            assert not d.parent_uuid or d.parent_uuid in tracks, "parent described after child"
-            assert not d.counter.is_incremental, "incremental counters are not read here"
-            tracks[d.uuid] = d
-            continue
-        if kind != "track_event":
-            continue
-        e = p.track_event
-        assert cleared or p.sequence_flags & NEEDS, f"packet {i}: does not say it needs state"
-        assert ts is not None, f"packet {i}: track event without a timestamp"
+        return seq
+
+    def advance(self, uuid: int, ts: int, i: int) -> None:
+        assert uuid in self.tracks, f"packet {i}: track {uuid} used before described"
+        assert ts >= self.last_ts.get(uuid, ts), f"packet {i}: time goes back on track {uuid}"
+        self.last_ts[uuid] = ts
+
+    def track_event(self, i: int, e: official.TrackEvent, seq: _Sequence, ts: int) -> None:
         defaults = seq.defaults.track_event_defaults
         uuid = e.track_uuid if e.HasField("track_uuid") else defaults.track_uuid
-        advance(uuid, ts, i)
-        stack = open_slices.setdefault(uuid, [])
+        self.advance(uuid, ts, i)
+        stack = self.open_slices.setdefault(uuid, [])
         if e.type in (TE.TYPE_SLICE_BEGIN, TE.TYPE_INSTANT):
-            assert e.name_iid in seq.names, f"packet {i}: name iid {e.name_iid} not interned"
-            s = Slice(uuid, seq.names[e.name_iid], ts, depth=len(stack),
-                      parent=stack[-1] if stack else None)
-            for a in e.debug_annotations:
-                assert a.name_iid in seq.arg_names
-                s.args[seq.arg_names[a.name_iid]] = _value(a, seq.arg_values)
-            for f in e.flow_ids:
-                assert f not in flow_start, f"flow {f} starts twice (flows cannot fork)"
-                flow_start[f] = s
-                s.flows_out.append(f)
-            for f in e.terminating_flow_ids:
-                assert f in flow_start and flow_start[f].ts <= ts, f"flow {f} ends before it starts"
-                flows.append((flow_start.pop(f), s))
-                s.flows_in.append(f)
-            if e.type == TE.TYPE_INSTANT:
-                s.end = s.ts
-                instants.append(s)
-            else:
-                stack.append(s)
-                slices.append(s)
+            self.begin(i, e, seq, Slice(uuid, "", ts, depth=len(stack),
+                                        parent=stack[-1] if stack else None))
         else:
             assert not e.flow_ids and not e.terminating_flow_ids, f"packet {i}: flow on no slice"
         if e.type == TE.TYPE_SLICE_END:
             assert stack, f"packet {i}: slice end without a begin"
             stack.pop().end = ts
         elif e.type == TE.TYPE_COUNTER:
-            assert tracks[uuid].HasField("counter"), f"packet {i}: {uuid} is no counter track"
+            assert self.tracks[uuid].HasField("counter"), (
+                f"packet {i}: {uuid} is no counter track")
             value = (e.double_counter_value if e.HasField("double_counter_value")
                      else e.counter_value)
-            counters.setdefault(uuid, []).append((ts, value * _unit(tracks[uuid])))
+            self.counters.setdefault(uuid, []).append((ts, value * _unit(self.tracks[uuid])))
+        self.extra_counters(i, e, defaults, ts)
+
+    def begin(self, i: int, e: official.TrackEvent, seq: _Sequence, s: Slice) -> None:
+        """A slice (or instant) begins: its name, args and flows."""
+        assert e.name_iid in seq.names, f"packet {i}: name iid {e.name_iid} not interned"
+        s.name = seq.names[e.name_iid]
+        for a in e.debug_annotations:
+            assert a.name_iid in seq.arg_names
+            s.args[seq.arg_names[a.name_iid]] = _value(a, seq.arg_values)
+        for f in e.flow_ids:
+            assert f not in self.flow_start, f"flow {f} starts twice (flows cannot fork)"
+            self.flow_start[f] = s
+            s.flows_out.append(f)
+        for f in e.terminating_flow_ids:
+            assert f in self.flow_start and self.flow_start[f].ts <= s.ts, (
+                f"flow {f} ends before it starts")
+            self.flows.append((self.flow_start.pop(f), s))
+            s.flows_in.append(f)
+        if e.type == TE.TYPE_INSTANT:
+            s.end = s.ts
+            self.instants.append(s)
+        else:
+            self.open_slices[s.track].append(s)
+            self.slices.append(s)
+
+    def extra_counters(self, i: int, e: official.TrackEvent,
+                       defaults: official.TrackEventDefaults, ts: int) -> None:
         extra: list[tuple[Sequence[int], Sequence[float], Sequence[int]]] = [
             (e.extra_counter_track_uuids, e.extra_counter_values,
              defaults.extra_counter_track_uuids),
@@ -206,16 +243,9 @@ def read(path: Path) -> Trace:
             uuids = uuids or (default_uuids if values else [])
             assert len(uuids) == len(values), f"packet {i}: {len(values)} values {len(uuids)} uuids"
             for u, v in zip(uuids, values, strict=True):
-                advance(u, ts, i)
-                assert tracks[u].HasField("counter"), f"packet {i}: {u} is no counter track"
-                counters.setdefault(u, []).append((ts, v * _unit(tracks[u])))
-    assert all(not s for s in open_slices.values()), "slices left open"
-    assert not flow_start, f"flows never terminated: {sorted(flow_start)}"
-    # trace_processor sorts events by time; the slice table comes out in that order.
-    slices.sort(key=lambda s: s.ts)
-    instants.sort(key=lambda s: s.ts)
-    _describe(slices)
-    return Trace(len(decoded), tracks, slices, counters, instants, flows)
+                self.advance(u, ts, i)
+                assert self.tracks[u].HasField("counter"), f"packet {i}: {u} is no counter track"
+                self.counters.setdefault(u, []).append((ts, v * _unit(self.tracks[u])))
 
 
 def _describe(slices: list[Slice]) -> None:

@@ -2,7 +2,9 @@
 
 One real recording (tiny-llama, 16 tokens, 2 threads, --sched, a busy loop on CPU 1 beside it)
 is modelled, written as a trace and queried; the same numbers are then derived here straight
-from the model's columns and the raw scheduling records.
+from the model's columns and the raw scheduling records. What the code under test decides about
+them (a step's phase, an op's role, FLOPs and bytes, a task's state) comes here from the run's
+known facts and from ggml's and the kernel's own definitions, not from that code.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 import pytest
 
@@ -23,10 +26,8 @@ from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.machine.peaks import Peak, PeakKind
 from profinfer_perfetto.model.layout import build_layout
-from profinfer_perfetto.model.trace_model import TraceModel, build, token_phase
-from profinfer_perfetto.model.work import op_work, role
+from profinfer_perfetto.model.trace_model import TraceModel, build
 from profinfer_perfetto.query.engines import Result
-from profinfer_perfetto.query.sched_import import task_state
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 
@@ -55,6 +56,63 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceModel, TraceQuer
     return model, TraceQuery(Path(path), "builtin")
 
 
+LAYERS = 4
+"""tiny-llama's (scripts/make_models.py)."""
+ROLES = {f"{name}-{layer}": name for layer in range(LAYERS) for name in (
+    "attn_norm", "Qcur", "Kcur", "Vcur", "attn_out", "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up",
+    "ffn_swiglu", "ffn_out", "l_out")}
+ROLES |= {f"cache_{kv}_l{layer} (view)": f"cache_{kv}" for kv in "kv" for layer in range(LAYERS)}
+ROLES |= {name: name for name in ("embd", "result_norm", "result_output")}
+"""The tensor names llama.cpp gives tiny-llama's nodes, and each one's role: the name without
+its layer (the same tensor in every layer)."""
+
+
+def role_of(tensor: str, op: str) -> str:
+    """A named node's role from ROLES; a node ggml named itself (node_N) by its op."""
+    if tensor.startswith("node_"):
+        return op.lower()
+    assert tensor in ROLES, f"{tensor} is not one of tiny-llama's node names"
+    return ROLES[tensor]
+
+
+def nbytes(dtype: int, elements: int) -> int:
+    """What `elements` values of a ggml type take: whole blocks, as gguf lists their sizes."""
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(dtype)]
+    return elements // block * size
+
+
+def work(op: str, node: np.ndarray) -> tuple[int, int]:
+    """FLOPs and bytes of one node, as the metrics count them: 2*K*M*N for a matrix
+    product, 4*D*n_kv*n_q*heads for flash attention, one per output element otherwise; bytes of
+    the sources read and the output written (only the rows GET_ROWS reads and SET_ROWS
+    writes)."""
+    srcs = [src for src in node["src"] if src["ptr"]]
+    out = math.prod(node["ne"].tolist())
+    sizes = [nbytes(int(src["type"]), math.prod(src["ne"].tolist())) for src in srcs]
+    total = nbytes(int(node["type"]), out) + sum(sizes)
+    assert op != "MUL_MAT_ID", "tiny-llama has no experts"
+    if op == "MUL_MAT":
+        k, m = srcs[0]["ne"][:2].tolist()
+        return 2 * k * m * math.prod(srcs[1]["ne"][1:].tolist()), total
+    if op == "FLASH_ATTN_EXT":
+        d, n_q, heads, seqs = srcs[0]["ne"].tolist()
+        return 4 * d * int(srcs[1]["ne"][1]) * n_q * heads * seqs, total
+    if op == "GET_ROWS":
+        rows, looked_up = int(srcs[0]["ne"][1]), math.prod(srcs[1]["ne"].tolist())
+        return out, total - sizes[0] + sizes[0] * min(looked_up, rows) // rows
+    if op == "SET_ROWS":
+        written = math.prod(srcs[0]["ne"].tolist())
+        return written, total - nbytes(int(node["type"]), out) + nbytes(int(node["type"]),
+                                                                         written)
+    return out, total
+
+
+def preempted(prev_state: int) -> bool:
+    """Whether sched_switch says the task left its CPU still runnable: TASK_RUNNING (0), with
+    at most the preemption flag above the task state bits (the kernel's TASK_REPORT_MAX)."""
+    return prev_state >= 0 and prev_state & 0xFF == 0
+
+
 def nearest_rank(values: list[int], p: float) -> int:
     ordered = sorted(values)
     return ordered[max(math.ceil(p * len(ordered)), 1) - 1]
@@ -79,7 +137,8 @@ def steps(model: TraceModel) -> list[dict[str, Any]]:
     tok = model.tokens
     n = tok.arg0.astype(np.int64)
     pos = np.cumsum(np.maximum(n, 0)) - np.maximum(n, 0)
-    return [{"step": i, "phase": token_phase(int(n[i]), int(tok.aux[i])), "n_tokens": int(n[i]),
+    assert n[0] > 1 and (n[1:] == 1).all(), "llama-completion: the prompt, then one token a step"
+    return [{"step": i, "phase": "decode" if i else "prefill", "n_tokens": int(n[i]),
              "pos": int(pos[i]), "dur": max(int(tok.end[i]) - int(tok.begin[i]), 1)}
             for i in range(len(tok))]
 
@@ -94,15 +153,16 @@ def op_slices(model: TraceModel) -> list[dict[str, Any]]:
         label, tensor = model.op_label(node, fused)
         last = fused if fused >= 0 else node
         op = label if fused >= 0 else ggml.op_name(int(nodes.raw[node]["op"]))
-        flops, nbytes = (sum(w) for w in zip(*(op_work(ggml, nodes.raw[n])
-                                                 for n in {node, last}), strict=True))
+        flops, moved = (sum(w) for w in zip(*(work(ggml.op_name(int(nodes.raw[n]["op"])),
+                                                   nodes.raw[n]) for n in {node, last}),
+                                             strict=True))
         begin, work_end, end = int(ops.begin[i]), int(ops.work_end[i]), int(ops.end[i])
         step = int(step_of_graph[ops.graph[i]])
         out.append({
             "graph": int(ops.graph[i]), "node": int(nodes.index[node]), "tid": int(ops.tid[i]),
-            "op": op, "role": role(tensor, op), "layer": int(nodes.layer[last]),
+            "op": op, "role": role_of(tensor, op), "layer": int(nodes.layer[last]),
             "dtype": ggml.type_name(int(nodes.raw[node]["src"][0]["type"])), "flops": flops,
-            "bytes": nbytes, "threads": int(model.graphs.arg1[ops.graph[i]] >> 32),
+            "bytes": moved, "threads": int(model.graphs.arg1[ops.graph[i]] >> 32),
             "begin": begin, "dur": max(work_end - begin, 1), "wait": max(end - work_end, 0),
             "step": step, "phase": phase.get(step),
             "delta": [int(d) for d in ops.counter_delta[i]],
@@ -353,8 +413,7 @@ def _waits(model: TraceModel, slices: list[Run]) -> dict[int, list[tuple[int, in
         for end, begin, seen in gaps:
             if not seen:
                 continue
-            state = None if end is None else task_state(out_state.get((tid, end), -1))
-            if end is not None and state in ("R", "R+"):
+            if end is not None and preempted(out_state.get((tid, end), -1)):
                 waits[tid].append((end, begin, True))
                 continue
             woken = [w for w in wakings[tid] if (end is None or w >= end) and w < begin]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -249,15 +250,16 @@ def test_record_a_static_build(cli: Cli, llama: Callable[..., Path],
 @contextmanager
 def _server(llama: Callable[..., Path], model: Callable[[str], Path],
             *flags: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A llama-server on tiny-llama, up and answering; its process and URL."""
-    port = 18_000 + int(time.time() * 1000) % 2000
+    """A llama-server on tiny-llama, up and answering; its process and URL. It listens on a
+    port the kernel chooses (--port 0), read back from the kernel's table of sockets."""
     server = subprocess.Popen(
         [str(llama("llama-server")), "-m", str(model("tiny-llama")), "-t", "2", "--host",
-         "127.0.0.1", "--port", str(port), "--no-warmup", *flags],
+         "127.0.0.1", "--port", "0", "--no-warmup", *flags],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(f"http://127.0.0.1:{port}/health")
-        yield server, f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{_listening_port(server)}"
+        _wait_for(f"{url}/health")
+        yield server, url
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -380,6 +382,31 @@ def test_chrome_json(cli: Cli, llama: Callable[..., Path], model: Callable[[str]
     phases = Counter(e["ph"] for e in events)
     assert phases["B"] == phases["E"] > 0 and phases["s"] == phases["f"] > 0
     assert any(e.get("args", {}).get("op") == "MUL_MAT_ID" for e in events)
+
+
+def _listening_port(process: subprocess.Popen[bytes], timeout: float = 60) -> int:
+    """The TCP port a process listens on, once it does: its socket's inode in /proc/net/tcp
+    (state 0A, LISTEN), whose local address ends in the port in hex."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        inodes = _socket_inodes(process.pid)
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                return int(fields[1].rsplit(":", 1)[1], 16)
+        time.sleep(0.1)
+    raise AssertionError(f"the server listened on no port (exit status {process.poll()})")
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of a process's open sockets (an fd closed while read is left out)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+    return inodes
 
 
 def _wait_for(url: str, timeout: float = 60) -> None:

@@ -115,6 +115,20 @@ def _single_sequence(trace: Path, path: Path) -> Path:
     return path
 
 
+class _HandMade:
+    """A trace written packet by packet (sequence 1, its state kept, unless told)."""
+
+    def __init__(self) -> None:
+        self.trace = official.Trace()
+
+    def packet(self, seq: int = 1, flags: int = 2, **fields: Any) -> Any:
+        return self.trace.packet.add(trusted_packet_sequence_id=seq, sequence_flags=flags,
+                                     **fields)
+
+    def event(self, ts: int, seq: int = 1, flags: int = 2, **fields: Any) -> None:
+        self.packet(seq, flags, timestamp=ts, track_event=official.TrackEvent(**fields))
+
+
 def _rules(path: Path) -> Path:
     """A hand-made trace for the rules our traces rarely meet: every debug annotation type,
     names with `.`, `[` and `]`, events out of file order and tied, an end with no open slice,
@@ -122,12 +136,16 @@ def _rules(path: Path) -> Path:
     process- and thread-scoped child tracks, counters of every scope (one with a unit enum),
     extra counter values with a 0 among them, an event with too many of them (dropped) and
     one on a sequence whose state was never cleared (skipped)."""
-    trace = official.Trace()
+    hand = _HandMade()
+    _rules_tracks(hand)
+    _rules_events(hand, _every_annotation())
+    path.write_bytes(hand.trace.SerializeToString())
+    return path
 
-    def packet(seq: int = 1, flags: int = 2, **fields: Any) -> Any:
-        return trace.packet.add(trusted_packet_sequence_id=seq, sequence_flags=flags, **fields)
 
-    first = packet(flags=3, first_packet_on_sequence=True)
+def _rules_tracks(hand: _HandMade) -> None:
+    """The interned names, a process with two threads, child tracks of each scope, counters."""
+    first = hand.packet(flags=3, first_packet_on_sequence=True)
     for iid, name in enumerate(("interned", "b", "instant", "tied"), start=1):
         first.interned_data.event_names.add(iid=iid, name=name)
     first.interned_data.debug_annotation_names.add(iid=1, name="x.y[0]")
@@ -143,25 +161,29 @@ def _rules(path: Path) -> Path:
               t(uuid=3, name="global"), t(uuid=5, parent_uuid=1, name="process child"),
               t(uuid=6, parent_uuid=10, name="thread child"),
               t(uuid=7, parent_uuid=3, name="global child")):
-        packet(track_descriptor=d)
+        hand.packet(track_descriptor=d)
     counters = [(20 + i, 1, f"c{i}") for i in range(9)] + [(30, 0, "global c"), (31, 10, "tc")]
     for uuid, parent, name in counters:
-        packet(track_descriptor=t(uuid=uuid, parent_uuid=parent, name=name, counter=(
+        hand.packet(track_descriptor=t(uuid=uuid, parent_uuid=parent, name=name, counter=(
             official.CounterDescriptor(unit=official.CounterDescriptor.UNIT_TIME_NS)
             if uuid == 31 else official.CounterDescriptor(unit_name="count"))))
+
+
+def _every_annotation() -> list[official.DebugAnnotation]:
+    """A debug annotation of each type, names with `.`, `[` and `]`, doubles hard to print."""
     a = official.DebugAnnotation
     annotations = [a(name_iid=1, int_value=-5), a(name="a.b", uint_value=2**64 - 1),
                    a(name="u", uint_value=7), a(name="[k]", int_value=2**63 - 1),
                    a(name="b0", bool_value=False), a(name="b1", bool_value=True),
                    a(name="s", string_value="text"), a(name="si", string_value_iid=1),
                    a(name="e", string_value="")]
-    annotations += [a(name=f"d{i}", double_value=v) for i, v in enumerate(
+    return annotations + [a(name=f"d{i}", double_value=v) for i, v in enumerate(
         [0.1, 1.0, 1e15, 1e16, 1e20, 1.5e-7, 1e-5, 123456789.125, -0.0, 0.0,
          float("inf"), float("-inf"), float("nan"), 5e-324, 12345678901234567.0])]
 
-    def event(ts: int, seq: int = 1, flags: int = 2, **fields: Any) -> None:
-        packet(seq, flags, timestamp=ts, track_event=official.TrackEvent(**fields))
 
+def _rules_events(hand: _HandMade, annotations: list[official.DebugAnnotation]) -> None:
+    event = hand.event
     event(100, type=1, track_uuid=3, name_iid=1, debug_annotations=annotations)
     # events named by iid are read in bulk, those named by a string with protobuf: runs of
     # both, each with flows and extra counter values
@@ -190,8 +212,6 @@ def _rules(path: Path) -> Path:
     event(187, seq=3, flags=0, name="needs no state", type=3, track_uuid=10)
     event(190, type=2, track_uuid=3)
     event(195, type=1, track_uuid=3, name="never ended")
-    path.write_bytes(trace.SerializeToString())
-    return path
 
 
 TRACES: dict[str, Callable[[Path], Path]] = {

@@ -1,0 +1,121 @@
+"""RingReader on a file laid out as the kernel maps a BPF ring buffer: a consumer page, a
+producer page, then the data pages twice in a row (written here by hand, as the kernel's
+double mapping shows them)."""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from profinfer_perfetto.capture.ringbuf import RingReader
+
+PAGE = mmap.PAGESIZE
+SIZE = PAGE
+"""The data pages: one (a power of two, as the kernel wants)."""
+RECORD = np.dtype([("ts", "<u8"), ("tid", "<u4")])
+STRIDE = 24
+"""An 8-byte header and the 12-byte record, rounded up to 8 bytes."""
+BUSY, DISCARD = 1 << 31, 1 << 30
+
+
+class Ring:
+    """The ring's file: its positions and records, as a BPF program and the kernel leave them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data = bytearray(SIZE)
+        self.producer = 0
+        path.write_bytes(bytes(2 * PAGE + 2 * SIZE))
+
+    def reserve(self, ts: int, tid: int, flags: int = 0) -> int:
+        """A record at the producer position (`flags`: BUSY while not committed, DISCARD);
+        where it is."""
+        at = self.producer
+        framed = struct.pack("<II", RECORD.itemsize | flags, 0) + struct.pack("<QI", ts, tid)
+        for i, byte in enumerate(framed.ljust(STRIDE, b"\0")):
+            self.data[(at + i) % SIZE] = byte
+        self.producer += STRIDE
+        self.flush()
+        return at
+
+    def commit(self, at: int) -> None:
+        self.data[(at + 3) % SIZE] &= 0x7F  # the length's top bit: BUSY
+        self.flush()
+
+    def flush(self) -> None:
+        """The producer position and the data pages (twice) into the file, in place: the
+        consumer page is the reader's to write."""
+        with self.path.open("r+b") as f:
+            f.seek(PAGE)
+            f.write(struct.pack("<Q", self.producer).ljust(PAGE, b"\0") + bytes(self.data) * 2)
+
+    def read_consumer(self) -> int:
+        (at,) = struct.unpack_from("<Q", self.path.read_bytes())
+        return int(at)
+
+
+def _reader(ring: Ring) -> RingReader:
+    with ring.path.open("r+b") as f:
+        return RingReader(f.fileno(), SIZE, RECORD)  # the mappings outlive the fd
+
+
+def _pairs(records: np.ndarray) -> list[tuple[int, int]]:
+    return [(int(r["ts"]), int(r["tid"])) for r in records]
+
+
+def test_committed_records_are_read_in_order_and_handed_back(tmp_path: Path) -> None:
+    ring = Ring(tmp_path / "ring")
+    reader = _reader(ring)
+    assert _pairs(reader.read()) == [] and ring.read_consumer() == 0
+    for i in range(3):
+        ring.reserve(100 + i, 7)
+    assert _pairs(reader.read()) == [(100, 7), (101, 7), (102, 7)]
+    assert ring.read_consumer() == 3 * STRIDE
+    assert _pairs(reader.read()) == []
+    reader.close()
+
+
+def test_a_discarded_record_is_skipped_and_its_space_handed_back(tmp_path: Path) -> None:
+    ring = Ring(tmp_path / "ring")
+    reader = _reader(ring)
+    ring.reserve(1, 1)
+    ring.reserve(2, 2, DISCARD)
+    ring.reserve(3, 3)
+    assert _pairs(reader.read()) == [(1, 1), (3, 3)]
+    assert ring.read_consumer() == 3 * STRIDE
+    reader.close()
+
+
+def test_reading_stops_at_a_record_not_yet_committed(tmp_path: Path) -> None:
+    """The records after a busy one wait for it: the consumer position stops there."""
+    ring = Ring(tmp_path / "ring")
+    reader = _reader(ring)
+    ring.reserve(1, 1)
+    busy = ring.reserve(2, 2, BUSY)
+    ring.reserve(3, 3)
+    assert _pairs(reader.read()) == [(1, 1)]
+    assert ring.read_consumer() == STRIDE
+    ring.commit(busy)
+    assert _pairs(reader.read()) == [(2, 2), (3, 3)]
+    assert ring.read_consumer() == 3 * STRIDE
+    reader.close()
+
+
+def test_records_that_wrap_past_the_end_of_the_data_pages(tmp_path: Path) -> None:
+    """Positions only grow; a record's place is the position modulo the data size, and one
+    that runs past the end reads on in the second mapping."""
+    ring = Ring(tmp_path / "ring")
+    reader = _reader(ring)
+    fits = SIZE // STRIDE
+    for i in range(fits):
+        ring.reserve(i, 0)
+    assert len(reader.read()) == fits
+    for i in range(3):  # the first of them straddles the end (SIZE is no multiple of 24)
+        ring.reserve(1000 + i, i)
+    assert (fits * STRIDE) % SIZE + STRIDE > SIZE
+    assert _pairs(reader.read()) == [(1000, 0), (1001, 1), (1002, 2)]
+    assert ring.read_consumer() == (fits + 3) * STRIDE
+    reader.close()

@@ -1,0 +1,62 @@
+"""What of capture/watch.py runs without root: a process's state from /proc, and the signals
+that resume or end a process that may be gone. (The watch program itself: test_stops.py and
+test_launch.py, as root.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from profinfer_perfetto.capture.watch import process_state, resume, send
+
+
+@contextmanager
+def _running(program: str = "cat") -> Iterator[subprocess.Popen[bytes]]:
+    """`cat` (under another name, if given), once it runs: it has echoed a line back."""
+    child = subprocess.Popen([program], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        child.stdin.write(b"up\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == b"up\n"
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_states_of_a_process_through_its_life() -> None:
+    """Sleeping, stopped, resumed, a zombie, reaped: each state as the kernel reports it once
+    waitpid says it was reached."""
+    with _running() as child:
+        os.kill(child.pid, signal.SIGSTOP)
+        os.waitpid(child.pid, os.WUNTRACED)
+        assert process_state(child.pid) == "T"
+        resume(child.pid)
+        os.waitpid(child.pid, os.WCONTINUED)
+        assert process_state(child.pid) in ("S", "R")
+        send(child.pid, signal.SIGKILL)
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        assert process_state(child.pid) == "Z"
+    assert process_state(child.pid) is None
+
+
+def test_a_name_with_parentheses_and_a_state_letter(tmp_path: Path) -> None:
+    """The state follows the name's closing parenthesis, the last in /proc/PID/stat: a name
+    that holds `) T (` is not read as a state."""
+    program = tmp_path / "a) T (b"
+    program.symlink_to("/bin/cat")
+    with _running(str(program)) as child:
+        assert Path(f"/proc/{child.pid}/comm").read_text().strip() == program.name
+        assert process_state(child.pid) in ("S", "R")
+
+
+def test_signals_to_a_process_that_is_gone_are_dropped() -> None:
+    with _running() as child:
+        pass
+    send(child.pid, signal.SIGKILL)
+    resume(child.pid)
