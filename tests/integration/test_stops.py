@@ -145,7 +145,7 @@ def test_a_malformed_elf_after_the_stop_ends_the_target(tmp_path: Path, leftover
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Not only a ProfinferError: whatever the probe plan raises once the target is stopped
     (struct.error from a file that is not the ELF it claims to be, here) ends it."""
-    def malformed(objects: list[Path]) -> None:
+    def malformed(objects: list[Path], inner_waits: bool = False) -> None:
         raise struct.error("unpack requires a buffer of 64 bytes")
 
     monkeypatch.setattr(target, "plan_probes", malformed)
