@@ -30,7 +30,7 @@ from profinfer_perfetto.draw.plot import FIGURES
 from profinfer_perfetto.encode.stream import Rotation
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.machine import peaks
-from profinfer_perfetto.query.engines import ENGINES, TP_BIN_ENV
+from profinfer_perfetto.query.engines import TP_BIN_ENV, EngineChoice
 from profinfer_perfetto.signals import handled
 
 app = typer.Typer(
@@ -239,13 +239,13 @@ def query(
     ] = None,
 ) -> None:
     """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
-    _engine(engine)
+    choice = EngineChoice(engine, trace_processor)
     if save_baseline is not None:
-        from_traces(expand(trace), engine, trace_processor).save(save_baseline)
+        from_traces(expand(trace), choice).save(save_baseline)
         print(f"saved baseline {save_baseline}", file=sys.stderr)
         if not metrics and sql is None:
             return
-    command = QueryCommand(trace, list(metrics or []), sql, output_format, engine, trace_processor)
+    command = QueryCommand(trace, list(metrics or []), sql, output_format, choice)
     raise typer.Exit(command.run())
 
 
@@ -280,9 +280,10 @@ def check(
 ) -> None:
     """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error,
     4 the graph changed (docs/graph-diff.md)."""
-    _engine(engine)
-    raise typer.Exit(CheckCommand(trace, baseline, rules, output_format, junit, github, engine,
-                                  trace_processor, last, trend, trend_plot, paired).run())
+    raise typer.Exit(CheckCommand(trace, baseline, rules=rules, output_format=output_format,
+                                  junit=junit, github=github,
+                                  engine=EngineChoice(engine, trace_processor), last=last,
+                                  trend=trend, trend_plot=trend_plot, paired=paired).run())
 
 
 @app.command()
@@ -310,9 +311,9 @@ def ab(
 ) -> None:
     """Record a baseline and a candidate command in pairs, one right after the other (A B, then
     B A, ...), and check the candidate on the pairs (check --paired): its exit code."""
-    _engine(engine)
-    check_command = CheckCommand("", "", rules, output_format, junit, github, engine,
-                                 trace_processor, paired=True)
+    check_command = CheckCommand("", "", rules=rules, output_format=output_format, junit=junit,
+                                 github=github, engine=EngineChoice(engine, trace_processor),
+                                 paired=True)
     raise typer.Exit(AbCommand(output, runs, baseline_cmd, command, sched, check_command).run())
 
 
@@ -359,8 +360,8 @@ def dag(
     trace_processor: TraceProcessorOption = None,
 ) -> None:
     """Draw one graph of a run as its DAG (graphviz): nodes by layer, filled by their time."""
-    _engine(engine)
-    raise typer.Exit(DagCommand(trace, output, graph, fill, engine, trace_processor).run())
+    raise typer.Exit(DagCommand(trace, output, graph, fill,
+                                EngineChoice(engine, trace_processor)).run())
 
 
 @app.command()
@@ -372,13 +373,8 @@ def plot(
     trace_processor: TraceProcessorOption = None,
 ) -> None:
     """Draw a ProfStat figure of a trace (a metric's points) as SVG."""
-    _engine(engine)
-    raise typer.Exit(PlotCommand(trace, figure, output, engine, trace_processor).run())
-
-
-def _engine(name: str) -> None:
-    if name not in ENGINES:
-        raise ProfinferError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    raise typer.Exit(PlotCommand(trace, figure, output,
+                                 EngineChoice(engine, trace_processor)).run())
 
 
 @app.command("doctor")

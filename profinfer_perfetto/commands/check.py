@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from profinfer_perfetto.check import report
@@ -17,18 +17,19 @@ from profinfer_perfetto.commands.query import expand
 from profinfer_perfetto.draw.plot import trend_svg
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.errors import ExitCode, ProfinferError
+from profinfer_perfetto.query.engines import AUTO, EngineChoice
 
 
 @dataclass
 class CheckCommand:
     trace: str
     baseline: str
+    _: KW_ONLY
     rules: Path | None = None
     output_format: str = "table"
     junit: Path | None = None
     github: bool = False
-    engine: str = "auto"
-    tp_bin: str | None = None
+    engine: EngineChoice = AUTO
     last: int = 0
     """Keep only the newest N baseline runs (by modification time); 0: all."""
     trend: Path | None = None
@@ -41,15 +42,15 @@ class CheckCommand:
         rules, settings = self.options()
         baseline, traces = self._baseline_paths(), self._traces()
         if self.paired:
-            base, new = pair_up(baseline, traces, self.engine, self.tp_bin)
+            base, new = pair_up(baseline, traces, self.engine)
         else:
-            base = Baseline.load(baseline, self.engine, self.tp_bin)
-            new = from_traces(traces, self.engine, self.tp_bin)
+            base = Baseline.load(baseline, self.engine)
+            new = from_traces(traces, self.engine)
         if not set(base.samples) & set(new.samples):
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")
         result = compare(base, new, rules, settings, self.paired)
-        result.graph = graph = graph_diff(baseline, traces, self.engine, self.tp_bin)
+        result.graph = graph = graph_diff(baseline, traces, self.engine)
         found = trends(result, base)
         result.warnings += drift_warnings(found, result)
         if self.trend is not None:

@@ -10,6 +10,7 @@ from profinfer_perfetto.draw.dag import Fill, pick_graph, read_dag, svg, to_dot
 from profinfer_perfetto.draw.plot import figure, plot_svg
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.errors import ExitCode, ProfinferError
+from profinfer_perfetto.query.engines import AUTO, EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 
 
@@ -26,8 +27,7 @@ class DagCommand:
     output: Path
     graph: int | None = None
     fill: str = Fill.TIME.value
-    engine: str = "auto"
-    tp_bin: str | None = None
+    engine: EngineChoice = AUTO
 
     def run(self) -> int:
         if self.fill not in set(Fill):
@@ -36,7 +36,7 @@ class DagCommand:
         if self.output.suffix not in (".svg", ".dot"):
             raise ProfinferError(f"{self.output}: give an output ending in .svg (graphviz lays "
                                  "it out) or .dot (the graph in graphviz's language)")
-        with TraceQuery(self.trace, self.engine, self.tp_bin) as q:
+        with TraceQuery(self.trace, self.engine) as q:
             dag = read_dag(q, pick_graph(q, self.graph))
         text = to_dot(dag, Fill(self.fill))
         data = text.encode() if self.output.suffix == ".dot" else svg(text)
@@ -49,13 +49,12 @@ class PlotCommand:
     trace: Path
     figure: str
     output: Path
-    engine: str = "auto"
-    tp_bin: str | None = None
+    engine: EngineChoice = AUTO
 
     def run(self) -> int:
         if self.output.suffix != ".svg":
             raise ProfinferError(f"{self.output}: give an output ending in .svg")
         figure(self.figure)
-        with TraceQuery(self.trace, self.engine, self.tp_bin) as q:
+        with TraceQuery(self.trace, self.engine) as q:
             data = plot_svg(q, self.figure)
         return _write(self.output, data, self.figure)

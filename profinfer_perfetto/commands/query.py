@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profinfer_perfetto.errors import ExitCode, ProfinferError
-from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.engines import AUTO, EngineChoice, Result
 from profinfer_perfetto.query.metrics import canned, metric
 from profinfer_perfetto.query.render import RENDERERS, Report
 from profinfer_perfetto.query.session import TraceQuery, over_traces
@@ -32,8 +32,7 @@ class QueryCommand:
     metrics: list[str] = field(default_factory=list)
     sql: str | None = None
     format: str = "table"
-    engine: str = "auto"
-    tp_bin: str | None = None
+    engine: EngineChoice = AUTO
 
     def run(self) -> int:
         if self.format not in RENDERERS:
@@ -62,7 +61,7 @@ class QueryCommand:
                            for name in names]
 
         report = Report()
-        answers = over_traces(traces, answer, self.engine, self.tp_bin)
+        answers = over_traces(traces, answer, self.engine)
         for trace, (how, results) in zip(traces, answers, strict=True):
             report.engines[str(trace)] = how
             for name, result in zip(names, results, strict=True):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.engines import EngineChoice, Result
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests import trace_reader
@@ -63,7 +63,7 @@ def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
     assert recorder.returncode == 0, err
     assert hog_ns > 0.1 * HOG_S * 1e9, "the hog hardly ran"
     for engine in _engines():
-        with TraceQuery(out, engine) as q:
+        with TraceQuery(out, EngineChoice(engine)) as q:
             tasks = {row["tid"]: row for row in _records(q.metric("interference_tasks"))}
             steps = _records(q.metric("interference"))
             on_cpu = q.sql(f"select cpu, count(*) from sched s join thread t using (utid) "

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from profinfer_perfetto.commands.recover import RECOVERED
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests.conftest import Cli
@@ -73,7 +74,7 @@ def test_a_killed_recorder_leaves_the_run_up_to_the_kill(cli: Cli, tmp_path: Pat
         assert sorted(tmp_path.iterdir()) == [out]
         trace = out
     for engine in ENGINES:
-        with TraceQuery(trace, engine) as q:
+        with TraceQuery(trace, EngineChoice(engine)) as q:
             ends = [ts + dur for ts, dur in q.sql("select ts, dur from profinfer_step").rows]
         assert ends and max(ends) >= killed_at - CHUNK_LAG_NS, (engine, killed_at - max(ends))
 
@@ -113,7 +114,7 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
             assert [p.name for p in disk.iterdir()] == ["run.pftrace.records"]
             return
         for engine in ENGINES:
-            with TraceQuery(out, engine) as q:
+            with TraceQuery(out, EngineChoice(engine)) as q:
                 assert q.metric("token_steps").rows, engine
                 assert "cut short" not in q.how
 
@@ -132,7 +133,7 @@ def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None
     for engine in ENGINES:
         steps = []
         for f in files:
-            with TraceQuery(f, engine) as q:
+            with TraceQuery(f, EngineChoice(engine)) as q:
                 steps.append([row[0] for row in q.metric("token_steps").rows])
                 status = q.recording_args()["status"]
             assert status == ("complete" if f == files[-1]
@@ -147,7 +148,7 @@ def test_by_default_the_run_is_written_when_it_ends(cli: Cli, tmp_path: Path) ->
     result = cli("record", "-o", out, "--", *_generation("tiny-llama", 16))
     assert result.returncode == 0, result.stderr
     assert sorted(tmp_path.iterdir()) == [out]
-    with TraceQuery(out, "builtin") as q:
+    with TraceQuery(out, EngineChoice("builtin")) as q:
         assert len(q.metric("token_steps").rows) == 16
         assert q.recording_args()["status"] == "complete"
     refused = cli("record", "-o", out, "--no-stream", "--max-size", "1M", "--", "true")
