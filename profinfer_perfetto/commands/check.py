@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from profinfer_perfetto.check import report
 from profinfer_perfetto.check.baseline import Baseline, from_traces
@@ -13,6 +16,14 @@ from profinfer_perfetto.check.paired import pair_up
 from profinfer_perfetto.check.rules import Rule, Settings, load_rules
 from profinfer_perfetto.check.trend import drift_warnings, trends, write_json
 from profinfer_perfetto.check.verdict import compare
+from profinfer_perfetto.commands.options import (
+    EngineOption,
+    FormatOption,
+    GithubOption,
+    JunitOption,
+    RulesOption,
+    TraceProcessorOption,
+)
 from profinfer_perfetto.commands.query import expand
 from profinfer_perfetto.draw.plot import trend_svg
 from profinfer_perfetto.encode.output import atomic_output
@@ -22,6 +33,9 @@ from profinfer_perfetto.query.engines import AUTO, EngineChoice
 
 @dataclass
 class CheckCommand:
+    """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error,
+    4 the graph changed (docs/graph-diff.md)."""
+
     trace: str
     baseline: str
     _: KW_ONLY
@@ -37,6 +51,43 @@ class CheckCommand:
     paired: bool = False
     """The i-th baseline run and the i-th candidate run (by name) were recorded one right after
     the other: judge the candidate on the pairs (check/paired.py)."""
+
+    @staticmethod
+    def cli(
+        trace: Annotated[
+            str, typer.Argument(help="The candidate trace, or a quoted glob of runs.")
+        ],
+        baseline: Annotated[
+            str, typer.Option(help="A baseline (query --save-baseline), or traces to compare "
+                              "with: a quoted glob, or a folder of past runs.")
+        ],
+        rules: RulesOption = None,
+        output_format: FormatOption = "table",
+        junit: JunitOption = None,
+        github: GithubOption = False,
+        engine: EngineOption = "auto",
+        trace_processor: TraceProcessorOption = None,
+        last: Annotated[
+            int, typer.Option(help="Keep only the newest N baseline runs (a folder or glob of "
+                              "runs, by modification time); 0: all.")
+        ] = 0,
+        trend: Annotated[
+            Path | None, typer.Option(help="Also write each key's median run by run (JSON).")
+        ] = None,
+        trend_plot: Annotated[
+            Path | None, typer.Option(help="Also draw each key's trend (SVG).")
+        ] = None,
+        paired: Annotated[
+            bool, typer.Option("--paired", help="The i-th baseline run and the i-th candidate "
+                               "run (by name) were recorded one right after the other: judge "
+                               "each key on the pairs' ratios (docs/ab.md).")
+        ] = False,
+    ) -> int:
+        """The options, checked: the command to run."""
+        return CheckCommand(trace, baseline, rules=rules, output_format=output_format,
+                            junit=junit, github=github,
+                            engine=EngineChoice(engine, trace_processor), last=last,
+                            trend=trend, trend_plot=trend_plot, paired=paired).run()
 
     def run(self) -> int:
         rules, settings = self.options()

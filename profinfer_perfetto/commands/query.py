@@ -6,7 +6,12 @@ import glob
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
+import typer
+
+from profinfer_perfetto.check.baseline import from_traces
+from profinfer_perfetto.commands.options import TraceProcessorOption
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.query.engines import AUTO, EngineChoice, Result
 from profinfer_perfetto.query.metrics import canned, metric
@@ -28,11 +33,44 @@ def expand(pattern: str) -> list[Path]:
 
 @dataclass
 class QueryCommand:
+    """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
+
     trace: str
     metrics: list[str] = field(default_factory=list)
     sql: str | None = None
     format: str = "table"
     engine: EngineChoice = AUTO
+
+    @staticmethod
+    def cli(
+        trace: Annotated[str, typer.Argument(help="A trace, or a quoted glob of traces.")],
+        metrics: Annotated[
+            list[str] | None, typer.Argument(help="Canned metrics to run; none lists them.")
+        ] = None,
+        sql: Annotated[
+            str | None, typer.Option("--sql", help="Ad-hoc SQL on the same tables.")
+        ] = None,
+        output_format: Annotated[
+            str, typer.Option("--format", help="table, csv or json.")
+        ] = "table",
+        engine: Annotated[
+            str, typer.Option(help="auto (trace_processor if it can be had), trace_processor, "
+                              "builtin.")
+        ] = "auto",
+        trace_processor: TraceProcessorOption = None,
+        save_baseline: Annotated[
+            Path | None,
+            typer.Option(help="Also save the traces' samples (each trace a run) as a baseline."),
+        ] = None,
+    ) -> int:
+        """The options, checked: the command to run (after saving the baseline asked for)."""
+        choice = EngineChoice(engine, trace_processor)
+        if save_baseline is not None:
+            from_traces(expand(trace), choice).save(save_baseline)
+            print(f"saved baseline {save_baseline}", file=sys.stderr)
+            if not metrics and sql is None:
+                return ExitCode.OK
+        return QueryCommand(trace, list(metrics or []), sql, output_format, choice).run()
 
     def run(self) -> int:
         if self.format not in RENDERERS:
