@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query import importer
+from profinfer_perfetto.query.import_scan import check_expansion
 from profinfer_perfetto.query.trace_file import check_whole
 
 TP_BIN_ENV = "PROFINFER_TP_BIN"
@@ -293,7 +294,7 @@ def open_engine(trace: Path, choice: EngineChoice = AUTO) -> tuple[Engine, str]:
         return BuiltinEngine(trace, data), "builtin engine (asked for)" + cut
     bin_path, source = find_trace_processor(choice.tp_bin)
     if bin_path is not None:
-        importer.check_expansion(trace, data)
+        check_expansion(trace, data)
         return TraceProcessorEngine(trace, data, bin_path), f"trace_processor ({source})" + cut
     if choice.name == "trace_processor":
         raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "
