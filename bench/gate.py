@@ -31,6 +31,7 @@ from bench.slowed import slowed_env
 from profinfer_perfetto.check.paired import pair_up
 from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings
 from profinfer_perfetto.check.verdict import REGRESSION, compare
+from profinfer_perfetto.query.engines import EngineChoice
 from scripts import assets
 
 PAIRS = 3
@@ -84,7 +85,7 @@ def _ab(folder: Path, baseline: list[str], candidate: list[str]) -> None:
 def _flagged(folder: Path, settings: Settings) -> list[str]:
     """The keys the paired check of `folder`'s runs flags, judged here and now."""
     base, new = pair_up(sorted(folder.glob("base-*.pftrace")),
-                        sorted(folder.glob("cand-*.pftrace")), "builtin")
+                        sorted(folder.glob("cand-*.pftrace")), EngineChoice("builtin"))
     result = compare(base, new, DEFAULT_RULES, settings, paired=True)
     return [v.key for v in result.verdicts if v.verdict == REGRESSION]
 

@@ -65,7 +65,7 @@ from profinfer_perfetto.machine.peaks import Peak, PeakKind, compute_peaks, memo
 from profinfer_perfetto.model.layout import Layout, build_layout
 from profinfer_perfetto.model.names import PROBE_ARG_PREFIX
 from profinfer_perfetto.model.trace_model import build
-from profinfer_perfetto.query.engines import find_trace_processor
+from profinfer_perfetto.query.engines import EngineChoice, find_trace_processor
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 
@@ -122,7 +122,7 @@ def bench_query() -> dict[str, Any]:
     engines = ["builtin"] + (["trace_processor"] if find_trace_processor()[0] else [])
     for engine in engines:
         start = time.perf_counter()
-        with TraceQuery(trace, engine) as q:
+        with TraceQuery(trace, EngineChoice(engine)) as q:
             loaded = time.perf_counter()
             q.metric("op_summary")
             done = time.perf_counter()
@@ -174,7 +174,7 @@ def _record(out: Path, command: list[str], *options: str) -> dict[str, float]:
                            *options, "--", *command], capture_output=True, text=True,
                           errors="replace", check=True)
     said = _recorder_said(done.stdout)
-    with TraceQuery(out, "builtin") as q:
+    with TraceQuery(out, EngineChoice("builtin")) as q:
         ops = q.sql("select count(*) from profinfer_op_rows").rows[0][0]
     said["bytes_per_op"] = round(out.stat().st_size / max(ops, 1), 1)
     return said
@@ -372,7 +372,7 @@ def _windows(model: str, threads: int, rounds: int, build: str
                 subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
                                 str(out), "--pid", str(target.pid), "--duration",
                                 str(WINDOW_S), *options], check=True, capture_output=True)
-                with TraceQuery(out, "builtin") as q:
+                with TraceQuery(out, EngineChoice("builtin")) as q:
                     begin, end = q.sql("select ts, ts + dur from slice "
                                        "where name = 'record'").rows[0]
                 shift = _boot_minus_monotonic()
@@ -446,7 +446,7 @@ def bench_one_trap(tokens: int = 128) -> dict[str, Any]:
         subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
                         "--", *completion("gemma-3-270m", tokens, threads)],
                        check=True, capture_output=True)
-        with TraceQuery(out, "builtin") as q:
+        with TraceQuery(out, EngineChoice("builtin")) as q:
             rows = q.sql(ONE_TRAP_SQL).rows
         measured = np.array([r[3] for r in rows], float)
         derived = np.array([r[4] for r in rows], float)
@@ -493,7 +493,7 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
                 subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
                                 str(out), "--sample", str(every), "--detach", *options, "--",
                                 *cmd], check=True, capture_output=True)
-                with TraceQuery(out, "builtin") as q:
+                with TraceQuery(out, EngineChoice("builtin")) as q:
                     steps = dict(q.sql("select step, dur from profinfer_step "
                                        "where phase = 'decode'").rows)
                     traced = [r[0] for r in q.sql("select distinct step from profinfer_op "
@@ -532,7 +532,7 @@ def bench_capacity() -> dict[str, Any]:
         out = CACHE / "capacity.pftrace"
         subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
                         "--ring-pages", str(pages), "--", *cmd], check=True, capture_output=True)
-        with TraceQuery(out, "builtin") as q:
+        with TraceQuery(out, EngineChoice("builtin")) as q:
             record = q.recording_args()
             span = q.sql("select (max(ts + dur) - min(ts)) / 1e9 from profinfer_graph").rows[0][0]
         events = int(record["events"])
@@ -646,7 +646,7 @@ def bench_calibrate(rounds: int = 3) -> dict[str, Any]:
     path = CACHE / "roofline.pftrace"
     with atomic_output(path) as out:
         write_perfetto(build_layout(build(record(request, plan(request)))), out)
-    with TraceQuery(path, "builtin") as q:
+    with TraceQuery(path, EngineChoice("builtin")) as q:
         result = q.metric("roofline")
     rows = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
     return {

@@ -26,6 +26,7 @@ import numpy as np
 from profinfer_perfetto import __version__
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.files import write_whole
+from profinfer_perfetto.query.engines import AUTO, EngineChoice
 from profinfer_perfetto.query.session import TraceQuery, over_traces
 
 FORMAT = "profinfer-perfetto baseline 2"
@@ -76,14 +77,14 @@ class Baseline:
         return max((len(r) for r in self.samples.values()), default=0)
 
     @staticmethod
-    def load(paths: list[Path], engine: str = "auto", tp_bin: str | None = None) -> Baseline:
+    def load(paths: list[Path], engine: EngineChoice = AUTO) -> Baseline:
         """A baseline file, or traces to take one from."""
         for path in paths:
             if not path.is_file():
                 raise ProfinferError(f"no baseline at {path}")
         path = paths[0]
         if len(paths) > 1 or path.suffix != ".json":
-            return from_traces(paths, engine, tp_bin)
+            return from_traces(paths, engine)
         try:
             doc = json.loads(path.read_text())
         except OSError as exc:
@@ -135,16 +136,14 @@ def _subsample(values: list[int]) -> list[int]:
     return sorted(rng.choice(values, MAX_SAMPLES, replace=False).tolist())
 
 
-def from_traces(traces: list[Path], engine: str = "auto", tp_bin: str | None = None
-                ) -> Baseline:
+def from_traces(traces: list[Path], engine: EngineChoice = AUTO) -> Baseline:
     """Each trace a run; what they were made from is the first's."""
-    return merged(runs_of(traces, engine, tp_bin))
+    return merged(runs_of(traces, engine))
 
 
-def runs_of(traces: list[Path], engine: str = "auto", tp_bin: str | None = None
-            ) -> list[Baseline]:
+def runs_of(traces: list[Path], engine: EngineChoice = AUTO) -> list[Baseline]:
     """A baseline of each trace, each what its own run was made from."""
-    return over_traces(traces, _from_query, engine, tp_bin)
+    return over_traces(traces, _from_query, engine)
 
 
 def merged(runs: list[Baseline]) -> Baseline:

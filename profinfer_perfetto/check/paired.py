@@ -15,13 +15,14 @@ import numpy as np
 from profinfer_perfetto.check.baseline import Baseline, describe, merged, runs_of
 from profinfer_perfetto.check.stats import Change, median_change, t_quantile
 from profinfer_perfetto.errors import ProfinferError
+from profinfer_perfetto.query.engines import AUTO, EngineChoice
 
 MIN_PAIRS = 2
 """One pair shows no spread to judge a change by."""
 
 
-def pair_up(base: list[Path], new: list[Path], engine: str = "auto",
-            tp_bin: str | None = None) -> tuple[Baseline, Baseline]:
+def pair_up(base: list[Path], new: list[Path], engine: EngineChoice = AUTO
+            ) -> tuple[Baseline, Baseline]:
     """The baseline's and the candidate's traces, in name order, as two baselines whose runs
     line up pair by pair (a run without a key holds no samples of it). Bad input: counts that
     differ, fewer than MIN_PAIRS pairs, a saved baseline (its runs are not pairs), or the runs
@@ -42,7 +43,7 @@ def pair_up(base: list[Path], new: list[Path], engine: str = "auto",
                              "shows no spread to judge a change by")
     sides = []
     for side, paths in (("baseline", base), ("candidate", new)):
-        runs = runs_of(paths, engine, tp_bin)
+        runs = runs_of(paths, engine)
         first = runs[0].made_from
         for path, run in zip(paths[1:], runs[1:], strict=True):
             if differ := [k for k in {**first, **run.made_from} if k != "tool" and

@@ -11,14 +11,26 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from profinfer_perfetto import signals
 from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.check.paired import MIN_PAIRS
 from profinfer_perfetto.commands.check import CheckCommand
+from profinfer_perfetto.commands.options import (
+    EngineOption,
+    FormatOption,
+    GithubOption,
+    JunitOption,
+    RulesOption,
+    TraceProcessorOption,
+)
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.machine import peaks
+from profinfer_perfetto.query.engines import EngineChoice
 
 SIDES = ("base", "cand")
 """The names of the baseline's and the candidate's traces: base-00.pftrace, cand-00.pftrace."""
@@ -26,6 +38,9 @@ SIDES = ("base", "cand")
 
 @dataclass
 class AbCommand:
+    """Record a baseline and a candidate command in pairs, one right after the other (A B, then
+    B A, ...), and check the candidate on the pairs (check --paired): its exit code."""
+
     folder: Path
     runs: int
     """Pairs of runs."""
@@ -36,6 +51,35 @@ class AbCommand:
     """Record with --sched."""
     check: CheckCommand
     """How the pairs are judged (its traces and baseline are the runs')."""
+
+    @staticmethod
+    def cli(
+        command: Annotated[
+            list[str], typer.Argument(help="The candidate command to record, after --.")
+        ],
+        output: Annotated[
+            Path, typer.Option("-o", "--output", help="Folder to keep the runs' traces in.")
+        ],
+        baseline_cmd: Annotated[
+            str, typer.Option("--baseline-cmd", help="The baseline command to record, quoted.")
+        ],
+        runs: Annotated[int, typer.Option(help="Pairs of runs to record.")] = 3,
+        sched: Annotated[
+            bool, typer.Option("--sched", help="Record with --sched (what a task beside the "
+                               "target stalls is judged too).")
+        ] = False,
+        rules: RulesOption = None,
+        output_format: FormatOption = "table",
+        junit: JunitOption = None,
+        github: GithubOption = False,
+        engine: EngineOption = "auto",
+        trace_processor: TraceProcessorOption = None,
+    ) -> int:
+        """The options, checked: the command to run."""
+        check = CheckCommand("", "", rules=rules, output_format=output_format, junit=junit,
+                             github=github, engine=EngineChoice(engine, trace_processor),
+                             paired=True)
+        return AbCommand(output, runs, baseline_cmd, command, sched, check).run()
 
     def run(self) -> int:
         commands = self._commands()

@@ -8,14 +8,27 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from profinfer_perfetto.encode.output import check_writable
 from profinfer_perfetto.errors import ExitCode, ProfinferError
-from profinfer_perfetto.machine.peaks import Peaks, compute_peaks, machine, memory_peak
+from profinfer_perfetto.machine.peaks import (
+    PEAKS_ENV,
+    Peaks,
+    compute_peaks,
+    default_path,
+    machine,
+    memory_peak,
+)
 
 
 @dataclass
 class CalibrateCommand:
+    """Measure this machine's roofs (memory GB/s; ggml matmul GFLOP/s per weight type) at 1..N
+    threads and store them; record writes them into its traces for the `roofline` metric."""
+
     output: Path
     threads: list[int] = field(default_factory=list)
     """Thread counts to measure at (default: 1 to the CPUs this process may use)."""
@@ -23,6 +36,31 @@ class CalibrateCommand:
     models: list[Path] = field(default_factory=list)
     """Models whose weight types llama-bench times (none: the memory roof only)."""
     mib: int = 256
+
+    @staticmethod
+    def cli(
+        output: Annotated[
+            Path | None, typer.Option("-o", "--output", help="Where to store the roofs  "
+                                      f"[default: ${PEAKS_ENV} or the user's cache]")
+        ] = None,
+        threads: Annotated[
+            list[int] | None, typer.Option("--threads", help="A thread count to measure at "
+                                           "(repeat it; default 1 to the CPUs usable).")
+        ] = None,
+        llama_bench: Annotated[
+            Path | None, typer.Option("--llama-bench", help="The build's llama-bench, to time "
+                                      "ggml's matmuls on --model.")
+        ] = None,
+        model: Annotated[
+            list[Path] | None, typer.Option("--model", help="A GGUF model whose main weight "
+                                            "type's matmul roof to measure (repeat it).")
+        ] = None,
+        mib: Annotated[int, typer.Option(help="MiB of each array the memory roof copies.",
+                                         min=16)] = 256,
+    ) -> int:
+        """The options, checked: the command to run."""
+        return CalibrateCommand(output or default_path(), list(threads or []), llama_bench,
+                                list(model or []), mib).run()
 
     def run(self) -> int:
         if self.models and self.llama_bench is None:

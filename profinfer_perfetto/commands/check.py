@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from profinfer_perfetto.check import report
 from profinfer_perfetto.check.baseline import Baseline, from_traces
@@ -13,22 +16,34 @@ from profinfer_perfetto.check.paired import pair_up
 from profinfer_perfetto.check.rules import Rule, Settings, load_rules
 from profinfer_perfetto.check.trend import drift_warnings, trends, write_json
 from profinfer_perfetto.check.verdict import compare
+from profinfer_perfetto.commands.options import (
+    EngineOption,
+    FormatOption,
+    GithubOption,
+    JunitOption,
+    RulesOption,
+    TraceProcessorOption,
+)
 from profinfer_perfetto.commands.query import expand
 from profinfer_perfetto.draw.plot import trend_svg
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.errors import ExitCode, ProfinferError
+from profinfer_perfetto.query.engines import AUTO, EngineChoice
 
 
 @dataclass
 class CheckCommand:
+    """Compare a trace with a baseline: exit 0 pass, 1 regression, 2 bad input, 3 internal error,
+    4 the graph changed (docs/graph-diff.md)."""
+
     trace: str
     baseline: str
+    _: KW_ONLY
     rules: Path | None = None
     output_format: str = "table"
     junit: Path | None = None
     github: bool = False
-    engine: str = "auto"
-    tp_bin: str | None = None
+    engine: EngineChoice = AUTO
     last: int = 0
     """Keep only the newest N baseline runs (by modification time); 0: all."""
     trend: Path | None = None
@@ -37,19 +52,56 @@ class CheckCommand:
     """The i-th baseline run and the i-th candidate run (by name) were recorded one right after
     the other: judge the candidate on the pairs (check/paired.py)."""
 
+    @staticmethod
+    def cli(
+        trace: Annotated[
+            str, typer.Argument(help="The candidate trace, or a quoted glob of runs.")
+        ],
+        baseline: Annotated[
+            str, typer.Option(help="A baseline (query --save-baseline), or traces to compare "
+                              "with: a quoted glob, or a folder of past runs.")
+        ],
+        rules: RulesOption = None,
+        output_format: FormatOption = "table",
+        junit: JunitOption = None,
+        github: GithubOption = False,
+        engine: EngineOption = "auto",
+        trace_processor: TraceProcessorOption = None,
+        last: Annotated[
+            int, typer.Option(help="Keep only the newest N baseline runs (a folder or glob of "
+                              "runs, by modification time); 0: all.")
+        ] = 0,
+        trend: Annotated[
+            Path | None, typer.Option(help="Also write each key's median run by run (JSON).")
+        ] = None,
+        trend_plot: Annotated[
+            Path | None, typer.Option(help="Also draw each key's trend (SVG).")
+        ] = None,
+        paired: Annotated[
+            bool, typer.Option("--paired", help="The i-th baseline run and the i-th candidate "
+                               "run (by name) were recorded one right after the other: judge "
+                               "each key on the pairs' ratios (docs/ab.md).")
+        ] = False,
+    ) -> int:
+        """The options, checked: the command to run."""
+        return CheckCommand(trace, baseline, rules=rules, output_format=output_format,
+                            junit=junit, github=github,
+                            engine=EngineChoice(engine, trace_processor), last=last,
+                            trend=trend, trend_plot=trend_plot, paired=paired).run()
+
     def run(self) -> int:
         rules, settings = self.options()
         baseline, traces = self._baseline_paths(), self._traces()
         if self.paired:
-            base, new = pair_up(baseline, traces, self.engine, self.tp_bin)
+            base, new = pair_up(baseline, traces, self.engine)
         else:
-            base = Baseline.load(baseline, self.engine, self.tp_bin)
-            new = from_traces(traces, self.engine, self.tp_bin)
+            base = Baseline.load(baseline, self.engine)
+            new = from_traces(traces, self.engine)
         if not set(base.samples) & set(new.samples):
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")
         result = compare(base, new, rules, settings, self.paired)
-        result.graph = graph = graph_diff(baseline, traces, self.engine, self.tp_bin)
+        result.graph = graph = graph_diff(baseline, traces, self.engine)
         found = trends(result, base)
         result.warnings += drift_warnings(found, result)
         if self.trend is not None:

@@ -9,6 +9,9 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from profinfer_perfetto.capture.counters import (
     HARDWARE_COUNTERS,
@@ -104,18 +107,40 @@ def facts(objects: list[Path]) -> list[str]:
     return [head, *describe(info)]
 
 
-def run(target: Path | None = None, pid: int | None = None) -> int:
-    if target is not None:
-        print("\n".join(facts(objects_of_file(target))))
-    elif pid is not None:
-        print("\n".join(facts(objects_of_process(pid, []))))
-    results = checks()
-    for c in results:
-        mark = "ok" if c.ok else ("MISSING" if c.required else "absent")
-        line = f"{mark:8} {c.name:18} {c.detail}"
-        if not c.ok:
-            line += f"\n{'':27} fix: {c.fix}"
-        print(line)
-    ready = all(c.ok for c in results if c.required)
-    print("ready to record" if ready else "not ready to record: see the fixes above")
-    return ExitCode.OK if ready else ExitCode.REGRESSION
+@dataclass
+class DoctorCommand:
+    """Report what this machine offers (root, BPF, BCC, headers, counters) and how to fix gaps;
+    with a binary or --pid, the ggml facts read from its files and how each was found."""
+
+    target: Path | None = None
+    pid: int | None = None
+
+    @staticmethod
+    def cli(
+        target: Annotated[
+            Path | None, typer.Argument(help="Also read the ggml facts of this binary or library.")
+        ] = None,
+        pid: Annotated[
+            int | None, typer.Option(help="Also read the ggml facts of this process.")
+        ] = None,
+    ) -> int:
+        """The options, checked: the command to run."""
+        if target is not None and pid is not None:
+            raise ProfinferError("give either a binary or --pid, not both")
+        return DoctorCommand(target, pid).run()
+
+    def run(self) -> int:
+        if self.target is not None:
+            print("\n".join(facts(objects_of_file(self.target))))
+        elif self.pid is not None:
+            print("\n".join(facts(objects_of_process(self.pid, []))))
+        results = checks()
+        for c in results:
+            mark = "ok" if c.ok else ("MISSING" if c.required else "absent")
+            line = f"{mark:8} {c.name:18} {c.detail}"
+            if not c.ok:
+                line += f"\n{'':27} fix: {c.fix}"
+            print(line)
+        ready = all(c.ok for c in results if c.required)
+        print("ready to record" if ready else "not ready to record: see the fixes above")
+        return ExitCode.OK if ready else ExitCode.REGRESSION

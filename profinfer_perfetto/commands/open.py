@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import quote, unquote, urlsplit
+
+import typer
 
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 
@@ -119,10 +122,32 @@ class _Handler(BaseHTTPRequestHandler):
 
 @dataclass
 class OpenCommand:
+    """Serve a trace on 127.0.0.1 until ui.perfetto.dev has fetched it, and open the UI on it."""
+
     trace: Path
     port: int = DEFAULT_PORT
     browser: bool = True
     timeout_s: float | None = None
+
+    @staticmethod
+    def cli(
+        trace: Annotated[Path, typer.Argument(help="The trace to open.", readable=False)],
+        port: Annotated[
+            int, typer.Option(help="Port to serve it on, on 127.0.0.1 (ui.perfetto.dev fetches "
+                              "only from 9001).", min=1, max=65535)
+        ] = DEFAULT_PORT,
+        browser: Annotated[
+            bool, typer.Option("--browser/--no-browser", help="Open the browser (otherwise "
+                               "print the URL and how to reach it).")
+        ] = True,
+        timeout: Annotated[
+            float | None,
+            typer.Option(help="Stop serving after this many seconds (exit 2 if not fetched).",
+                         min=0.0),
+        ] = None,
+    ) -> int:
+        """The options, checked: the command to run."""
+        return OpenCommand(trace, port, browser, timeout).run()
 
     def run(self) -> int:
         _check_readable(self.trace)

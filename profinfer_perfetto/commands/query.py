@@ -6,9 +6,14 @@ import glob
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
+import typer
+
+from profinfer_perfetto.check.baseline import from_traces
+from profinfer_perfetto.commands.options import TraceProcessorOption
 from profinfer_perfetto.errors import ExitCode, ProfinferError
-from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.engines import AUTO, EngineChoice, Result
 from profinfer_perfetto.query.metrics import canned, metric
 from profinfer_perfetto.query.package import FOLDER, SUMMARY_SPEC
 from profinfer_perfetto.query.render import RENDERERS, Report
@@ -38,12 +43,55 @@ def print_paths(sql_package: bool, summary_spec: bool) -> int:
 
 @dataclass
 class QueryCommand:
+    """Run canned ProfStat metrics (or --sql) on traces; with no metric, list them."""
+
     trace: str
     metrics: list[str] = field(default_factory=list)
     sql: str | None = None
     format: str = "table"
-    engine: str = "auto"
-    tp_bin: str | None = None
+    engine: EngineChoice = AUTO
+
+    @staticmethod
+    def cli(
+        trace: Annotated[
+            str | None, typer.Argument(help="A trace, or a quoted glob of traces.")
+        ] = None,
+        metrics: Annotated[
+            list[str] | None, typer.Argument(help="Canned metrics to run; none lists them.")
+        ] = None,
+        sql: Annotated[
+            str | None, typer.Option("--sql", help="Ad-hoc SQL on the same tables.")
+        ] = None,
+        output_format: Annotated[
+            str, typer.Option("--format", help="table, csv or json.")
+        ] = "table",
+        engine: Annotated[
+            str, typer.Option(help="auto (trace_processor if it can be had), trace_processor, "
+                              "builtin.")
+        ] = "auto",
+        trace_processor: TraceProcessorOption = None,
+        save_baseline: Annotated[
+            Path | None,
+            typer.Option(help="Also save the traces' samples (each trace a run) as a baseline."),
+        ] = None,
+        print_sql_package: Annotated[bool, typer.Option(
+            "--print-sql-package", help="Print the profinfer SQL package's folder.")] = False,
+        print_summary_spec: Annotated[bool, typer.Option(
+            "--print-summary-spec", help="Print the trace summary spec's path.")] = False,
+    ) -> int:
+        """The options, checked: the command to run (after saving the baseline asked for)."""
+        if print_sql_package or print_summary_spec:
+            return print_paths(print_sql_package, print_summary_spec)
+        if trace is None:
+            raise ProfinferError("query needs a trace (or --print-sql-package, "
+                                 "--print-summary-spec)")
+        choice = EngineChoice(engine, trace_processor)
+        if save_baseline is not None:
+            from_traces(expand(trace), choice).save(save_baseline)
+            print(f"saved baseline {save_baseline}", file=sys.stderr)
+            if not metrics and sql is None:
+                return ExitCode.OK
+        return QueryCommand(trace, list(metrics or []), sql, output_format, choice).run()
 
     def run(self) -> int:
         if self.format not in RENDERERS:
@@ -72,7 +120,7 @@ class QueryCommand:
                            for name in names]
 
         report = Report()
-        answers = over_traces(traces, answer, self.engine, self.tp_bin)
+        answers = over_traces(traces, answer, self.engine)
         for trace, (how, results) in zip(traces, answers, strict=True):
             report.engines[str(trace)] = how
             for name, result in zip(names, results, strict=True):

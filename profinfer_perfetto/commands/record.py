@@ -7,8 +7,14 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from profinfer_perfetto.capture import target
+from profinfer_perfetto.capture.counters import counter_config
+from profinfer_perfetto.capture.events import MAX_COUNTERS
+from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.recorder import (
     Recording,
     RecordRequest,
@@ -18,6 +24,7 @@ from profinfer_perfetto.capture.recorder import (
     require_root,
 )
 from profinfer_perfetto.capture.sched import sched_text
+from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.spill import Spill, make_durable, spill_path
 from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.encode.chrome import write_chrome_json
@@ -25,14 +32,109 @@ from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, write_trace
 from profinfer_perfetto.errors import ExitCode, ProfinferError
+from profinfer_perfetto.machine import peaks
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.totals import RunTotals
 from profinfer_perfetto.model.trace_model import PHASES, TraceModel, build
 
+CommandArgument = Annotated[
+    list[str] | None, typer.Argument(help="The command to run and trace, after --.")
+]
+OutputOption = Annotated[Path, typer.Option("-o", "--output", help="Trace file to write.")]
+PidOption = Annotated[int | None, typer.Option(help="Attach to this running process.")]
+DurationOption = Annotated[
+    float | None, typer.Option(help="Stop after this many seconds.", min=0.0)
+]
+CounterOption = Annotated[
+    list[str] | None,
+    typer.Option(help="perf counter read at each op's start and end (up to 8): a perf "
+                 "name (cycles, task-clock, ...) or a PMU's event, PMU/EVENT/ or "
+                 "PMU/FIELD=VALUE,.../; 'none' for no counter.  [default: context-switches]"),
+]
+LibOption = Annotated[
+    list[Path] | None,
+    typer.Option(help="Also search this library for the runtime (one the target dlopens)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Write Chrome trace JSON.")]
+EbpfOption = Annotated[bool, typer.Option("--ebpf", help="Print the BPF program and exit.")]
+RingPagesOption = Annotated[
+    int, typer.Option(help="Pages of each BPF ring buffer (a power of two).")
+]
+RING_PAGES = RingSizes().event_pages
+TokensOption = Annotated[
+    str | None,
+    typer.Option(help="Trace ops only in token steps FIRST:LAST (0-based, LAST excluded)."),
+]
+SampleOption = Annotated[
+    int, typer.Option(help="Trace ops in one token step of every N (a light monitor).")
+]
+OpsOption = Annotated[
+    str | None,
+    typer.Option(help="Trace only these op types and/or one tensor-name prefix: "
+                 "MUL_MAT,FLASH_ATTN_EXT,ffn_*"),
+]
+AggregateOption = Annotated[
+    bool,
+    typer.Option("--aggregate", help="Sum ops into per-op statistics in BPF (counts, time "
+                 "histograms): a summary and counter tracks, no op events."),
+]
+BarriersOption = Annotated[
+    bool,
+    typer.Option("--barriers/--no-barriers", help="Probe the barrier calls that end each "
+                 "thread's share of an op (without: one trap per op, waits not separated)."),
+]
+InnerWaitsOption = Annotated[
+    bool,
+    typer.Option("--inner-waits", help="Also probe the barriers inside ops (matmuls, "
+                 "CPU_REPACK, llamafile) and draw their waits within the op: two more "
+                 "traps per such barrier, and seconds to remove the probes at the end."),
+]
+FloorOption = Annotated[
+    bool,
+    typer.Option("--floor", help="Attach the op probes with programs that return at once "
+                 "(no op events): the traps alone, to measure the floor of tracing ops "
+                 "with uprobes on this machine."),
+]
+DetachOption = Annotated[
+    bool,
+    typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
+                 "the chosen steps (lowest overhead; a step may be missed on fast targets)."),
+]
+MaxSizeOption = Annotated[
+    str | None,
+    typer.Option("--max-size", help="Write the run to a series of files of about this size "
+                 "each (NAME.000.pftrace, ...; like 200M or 1G), each a whole trace."),
+]
+RotateOption = Annotated[
+    int, typer.Option("--rotate", help="With --max-size: keep only the newest N files.")
+]
+StreamOption = Annotated[
+    bool | None,
+    typer.Option("--stream/--no-stream", help="Write the trace while the run goes (a "
+                 "killed recorder leaves the run so far; the recorder works beside the "
+                 "target), or keep the run's records on disk (OUTPUT.records) and write the "
+                 "trace when it ends (the default, but with --max-size: nothing beside the "
+                 "target while it runs). Memory stays flat either way."),
+]
+SchedOption = Annotated[
+    bool,
+    typer.Option("--sched", help="Also record every context switch and wakeup on the "
+                 "target's CPUs: CPU tracks, thread states, the CPU of each op and the "
+                 "`interference` metric."),
+]
+PeaksOption = Annotated[
+    Path | None,
+    typer.Option("--peaks", help="The machine's roofs (calibrate) to write into the trace "
+                 f"for `roofline`  [default: ${peaks.PEAKS_ENV} or the user's cache, "
+                 "where calibrate stores them, if there]"),
+]
+
 
 @dataclass
 class RecordCommand:
+    """Trace a llama.cpp run (a command, or --pid) into a Perfetto trace."""
+
     request: RecordRequest
     output: Path
     json: bool = False
@@ -40,6 +142,38 @@ class RecordCommand:
     rotation: Rotation | None = None
     stream: bool = False
     """Write the trace while the run goes; else when it ends, from the records kept on disk."""
+
+    @staticmethod
+    def cli(command: CommandArgument = None, output: OutputOption = Path("profinfer.pftrace"),
+            pid: PidOption = None, duration: DurationOption = None,
+            counter: CounterOption = None, lib: LibOption = None, json: JsonOption = False,
+            ebpf: EbpfOption = False, ring_pages: RingPagesOption = RING_PAGES,
+            tokens: TokensOption = None, sample: SampleOption = 1, ops: OpsOption = None,
+            aggregate: AggregateOption = False, barriers: BarriersOption = True,
+            inner_waits: InnerWaitsOption = False, floor: FloorOption = False,
+            detach: DetachOption = False, max_size: MaxSizeOption = None,
+            rotate: RotateOption = 0, stream: StreamOption = None, sched: SchedOption = False,
+            peaks_file: PeaksOption = None) -> int:
+        """The options, checked: the command to run."""
+        counters = _counters(counter)
+        rotation = _rotation(max_size, rotate, json)
+        _check_modes(rotation, stream, json, sched, command, pid, ring_pages)
+        roofs, roofs_note = peaks.for_record(peaks_file)
+        request = RecordRequest(
+            command=command or None,
+            pid=pid,
+            duration_s=duration,
+            counters=tuple(counters),
+            libs=tuple(lib or ()),
+            rings=RingSizes(ring_pages, ring_pages),
+            selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor,
+                                      inner_waits),
+            sched=sched,
+            peaks=roofs,
+            peaks_note=roofs_note,
+        )
+        return RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
+                             stream=bool(stream) or rotation is not None).run()
 
     def run(self) -> int:
         probe_plan = plan(self.request)
@@ -125,6 +259,56 @@ class RecordCommand:
     def _attached(self, pid: int) -> None:
         print(f"profinfer-perfetto: tracing pid {pid}; Ctrl-C stops and writes {self.output}",
               file=sys.stderr, flush=True)
+
+
+def _counters(names: list[str] | None) -> list[str]:
+    """--counter's names, each known, context-switches where none is given."""
+    counters = ["context-switches"] if names is None else [c for c in names if c != "none"]
+    for name in counters:
+        counter_config(name)
+    if len(counters) > MAX_COUNTERS:
+        raise ProfinferError(f"at most {MAX_COUNTERS} counters can be read per op")
+    return counters
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _rotation(max_size: str | None, rotate: int, json: bool) -> Rotation | None:
+    if max_size is None:
+        if rotate:
+            raise ProfinferError("--rotate keeps the newest of the files --max-size makes: give "
+                                 "--max-size too")
+        return None
+    if json:
+        raise ProfinferError("--max-size writes Perfetto traces as the run goes: leave out --json")
+    text = max_size.strip().upper().removesuffix("B")
+    unit = text[-1:] if text[-1:] in _UNITS else ""
+    try:
+        size = int(float(text.removesuffix(unit)) * _UNITS[unit])
+    except ValueError:
+        size = 0
+    if size < 1 << 20:
+        raise ProfinferError(f"--max-size {max_size}: give a size of 1M or more (like 200M or 1G)")
+    if rotate < 0:
+        raise ProfinferError(f"--rotate {rotate}: give how many files to keep")
+    return Rotation(size, rotate)
+
+
+def _check_modes(rotation: Rotation | None, stream: bool | None, json: bool, sched: bool,
+                 command: list[str] | None, pid: int | None, ring_pages: int) -> None:
+    """The options that go together, and --ring-pages."""
+    if rotation is not None and stream is False:
+        raise ProfinferError("--max-size writes the trace as the run goes: leave out --no-stream")
+    if stream and json:
+        raise ProfinferError("--stream writes Perfetto traces as the run goes: leave out --json")
+    if sched and json:
+        raise ProfinferError("--sched needs the Perfetto format: Chrome JSON has no CPU "
+                             "scheduling (leave out --json)")
+    if bool(command) == (pid is not None):
+        raise ProfinferError("give either a command to run (after --) or --pid, not both")
+    if ring_pages <= 0 or ring_pages & (ring_pages - 1):
+        raise ProfinferError(f"--ring-pages must be a power of two, not {ring_pages}")
 
 
 def noted(recording: Recording, notes: list[str]) -> Recording:

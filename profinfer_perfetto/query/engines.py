@@ -25,11 +25,30 @@ from typing import Any, Protocol
 
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query import importer
+from profinfer_perfetto.query.import_scan import check_expansion
 from profinfer_perfetto.query.package import FOLDER
 from profinfer_perfetto.query.trace_file import check_whole
 
 TP_BIN_ENV = "PROFINFER_TP_BIN"
 ENGINES = ("auto", "trace_processor", "builtin")
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """Which engine answers (--engine) and the trace_processor_shell binary given for it
+    (--trace-processor; None: $PROFINFER_TP_BIN or the perfetto API's own)."""
+
+    name: str = "auto"
+    """auto (trace_processor if a binary can be had, else builtin), trace_processor or builtin."""
+    tp_bin: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in ENGINES:
+            raise ProfinferError(f"unknown engine {self.name!r} (known: {', '.join(ENGINES)})")
+
+
+AUTO = EngineChoice()
+"""The default: trace_processor if a binary can be had, else builtin."""
 
 
 @dataclass(frozen=True)
@@ -255,12 +274,10 @@ def _quiet() -> Iterator[None]:
                 os.close(fd)
 
 
-def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
-                ) -> tuple[Engine, str]:
+def open_engine(trace: Path, choice: EngineChoice = AUTO) -> tuple[Engine, str]:
     """An engine loaded with the trace, and a sentence on how it was chosen.
 
-    choice: "auto" (trace_processor if a binary can be had, else builtin), "trace_processor"
-    or "builtin". Only a missing binary falls back to builtin: a trace that trace_processor
+    Only a missing binary falls back to builtin (choice "auto"): a trace that trace_processor
     rejects or reads in part is an error.
     """
     if not trace.is_file():
@@ -274,13 +291,13 @@ def open_engine(trace: Path, choice: str = "auto", tp_bin: str | None = None
         f"; the recording was cut short (its recorder was killed): its last {len(data) - whole} "
         "bytes, a packet it was writing, are left out")
     data = data[:whole]
-    if choice == "builtin":
+    if choice.name == "builtin":
         return BuiltinEngine(trace, data), "builtin engine (asked for)" + cut
-    bin_path, source = find_trace_processor(tp_bin)
+    bin_path, source = find_trace_processor(choice.tp_bin)
     if bin_path is not None:
-        importer.check_expansion(trace, data)
+        check_expansion(trace, data)
         return TraceProcessorEngine(trace, data, bin_path), f"trace_processor ({source})" + cut
-    if choice == "trace_processor":
+    if choice.name == "trace_processor":
         raise ProfinferError(f"no trace_processor binary: {source}; give --trace-processor PATH "
                              f"or set {TP_BIN_ENV}")
     return (BuiltinEngine(trace, data),

@@ -11,16 +11,16 @@ from types import TracebackType
 from typing import TypeVar
 
 from profinfer_perfetto.model.names import ARG_KEY_PREFIX, RECORD_SLICE
-from profinfer_perfetto.query.engines import Engine, Result, open_engine
+from profinfer_perfetto.query.engines import AUTO, Engine, EngineChoice, Result, open_engine
 from profinfer_perfetto.query.metrics import metric
 from profinfer_perfetto.query.package import setup_statements
 
 
 class TraceQuery:
-    def __init__(self, trace: Path, engine: str = "auto", tp_bin: str | None = None) -> None:
+    def __init__(self, trace: Path, engine: EngineChoice = AUTO) -> None:
         self.trace = trace
         self.engine: Engine
-        self.engine, self.how = open_engine(trace, engine, tp_bin)
+        self.engine, self.how = open_engine(trace, engine)
         self._built: set[str] = set()
 
     def metric(self, name: str) -> Result:
@@ -54,14 +54,14 @@ class TraceQuery:
 T = TypeVar("T")
 
 
-def over_traces(traces: list[Path], work: Callable[[TraceQuery], T], engine: str = "auto",
-                tp_bin: str | None = None) -> list[T]:
+def over_traces(traces: list[Path], work: Callable[[TraceQuery], T],
+                engine: EngineChoice = AUTO) -> list[T]:
     """`work` on each trace opened for queries, in the traces' order; several traces at once,
     one engine each (as trace_processor's BatchTraceProcessor does, one shell per trace), up to
     one per CPU."""
 
     def one(trace: Path) -> T:
-        with TraceQuery(trace, engine, tp_bin) as q:
+        with TraceQuery(trace, engine) as q:
             return work(q)
 
     if len(traces) == 1:

@@ -1,5 +1,6 @@
 """Protobuf wire format read in bulk with numpy: the fields of many messages at once, with no
-Python object per message (the reading side of encode/wire.py).
+Python object per message (the reading side of encode/wire.py), and the framing of a trace's
+packets (the one reader of it: the importer's and trace_file.check_whole's).
 
 A buffer is a uint8 array with at least `PAD` zero bytes after its data, so that a varint read
 that runs past the data stays inside the array (and is then refused by a bounds check).
@@ -13,7 +14,7 @@ import numpy as np
 
 PAD = 16
 WIRE_VARINT, WIRE_FIXED64, WIRE_BYTES, WIRE_FIXED32 = 0, 1, 2, 5
-_PACKET_TAG = 1 << 3 | WIRE_BYTES
+PACKET_TAG = 1 << 3 | WIRE_BYTES
 """`Trace.packet`: field 1, length-delimited."""
 _WINDOW = 1 << 23
 """Bytes of packets framed at once: bounds the pointer-jumping tables (log2 of the packets in
@@ -215,35 +216,49 @@ def _clipped(size: np.ndarray) -> np.ndarray:
 def packet_spans(buf: np.ndarray, begin: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Where the payload of each `Trace.packet` in buf[begin:end] starts and ends; None unless
     those bytes are exactly a sequence of packets."""
-    starts: list[np.ndarray] = []
-    ends: list[np.ndarray] = []
-    while begin < end:
+    starts, ends, stop = packet_chain(buf, begin, end)
+    return (starts, ends) if stop == end else None
+
+
+def packet_chain(buf: np.ndarray, begin: int, end: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The whole `Trace.packet`s that follow one another from `begin` on: where each one's
+    payload starts and ends, and where the chain stops (`end` where buf[begin:end] is exactly a
+    sequence of packets; else the start of the first packet that runs past `end`, or the first
+    byte that starts no packet)."""
+    starts: list[np.ndarray] = [np.empty(0, np.int64)]
+    ends: list[np.ndarray] = [np.empty(0, np.int64)]
+    whole = True
+    while begin < end and whole:
         window = min(end, begin + _WINDOW)
-        framed = _frame(buf, begin, window, end)
-        if framed is None:
-            return None
-        payload_starts, payload_ends = framed
+        payload_starts, payload_ends, whole = _frame(buf, begin, window, end)
         starts.append(payload_starts)
         ends.append(payload_ends)
-        begin = int(payload_ends[-1])
-    if not starts:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    return np.concatenate(starts), np.concatenate(ends)
+        if len(payload_ends):
+            begin = int(payload_ends[-1])
+    return np.concatenate(starts), np.concatenate(ends), begin
+
+
+def varint(buf: np.ndarray, pos: int) -> tuple[int, int]:
+    """The varint at `pos`: its value and where it ends (past any buffer for one longer than 10
+    bytes)."""
+    value, length = _varints(buf, np.array([pos], np.int64))
+    return int(value[0]), pos + int(length[0])
 
 
 def _frame(buf: np.ndarray, begin: int, window: int,
-           end: int) -> tuple[np.ndarray, np.ndarray] | None:
+           end: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """The chain of packets that starts at `begin`, up to the first one that ends at or past
-    `window` (or at `end`).
+    `window` (or at `end`): the payloads of its whole packets, and whether it got there (else it
+    stops at a packet that runs past `end`, or one followed by no packet).
 
     Every byte equal to the packet tag is a candidate packet start; each candidate's successor is
     the candidate where its packet would end. The packets are the candidates reached from
     `begin`, found by pointer jumping: log2(candidates) rounds of numpy gathers instead of a
     Python step per packet.
     """
-    cand = begin + np.flatnonzero(buf[begin:window] == _PACKET_TAG)
+    cand = begin + np.flatnonzero(buf[begin:window] == PACKET_TAG)
     if not len(cand) or cand[0] != begin:
-        return None
+        return np.empty(0, np.int64), np.empty(0, np.int64), False
     size, size_len = _varints(buf, cand + 1)
     payload = cand + 1 + size_len
     after = payload + _clipped(size)
@@ -260,6 +275,8 @@ def _frame(buf: np.ndarray, begin: int, window: int,
     for jump in reversed(jumps):
         path = np.stack([path, jump[path]], 1).ravel()
     on_path = path[path < n]
-    if len(on_path) == len(path) or path[len(on_path)] != exit_:
-        return None
-    return payload[on_path], after[on_path]
+    if len(on_path) < len(path) and path[len(on_path)] == exit_:
+        return payload[on_path], after[on_path], True
+    ends = after[on_path]
+    whole = on_path[(ends > cand[on_path]) & (ends <= end)]  # a corrupt length wraps past 2**63
+    return payload[whole], after[whole], False

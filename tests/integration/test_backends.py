@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
 from tests.conftest import Cli
@@ -53,7 +54,7 @@ def test_a_blas_build_shows_the_ops_blas_runs(cli: Cli, llama: Callable[..., Pat
     assert graphs["graph BLAS"].args["backend"] == "BLAS"
 
     for engine in ("builtin", "trace_processor") if TP_BIN else ("builtin",):
-        with TraceQuery(out, engine) as q:
+        with TraceQuery(out, EngineChoice(engine)) as q:
             # Each of these weight matmuls is one cblas_sgemm call (one plane): as many BLAS
             # ops as bpftrace counted calls, each with its shapes and work.
             nodes = q.sql("SELECT op, phase, src0, flops, dur FROM profinfer_node "

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from profinfer_perfetto.machine.peaks import PeakKind, load, matmul_weights
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests.conftest import Cli
@@ -30,7 +31,7 @@ def test_calibrated_roofs_reach_the_roofline(cli: Cli, tmp_path: Path) -> None:
                  assets.llama_bin("llama-completion"), "-m", model, "-p", "Paris is", "-n", "4",
                  "-t", "2", "-no-cnv", "--no-warmup")
     assert result.returncode == 0, result.stderr
-    with TraceQuery(trace, "builtin") as q:
+    with TraceQuery(trace, EngineChoice("builtin")) as q:
         rows = q.metric("roofline")
     memory = {p.threads: p.value for p in peaks if p.kind == PeakKind.MEMORY}
     column = rows.columns.index("peak_gbyte_per_s")

@@ -27,7 +27,7 @@ from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.machine.peaks import Peak, PeakKind
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import TraceModel, build
-from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.engines import EngineChoice, Result
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 
@@ -53,7 +53,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceModel, TraceQuer
     path = tmp_path_factory.mktemp("metrics") / "run.pftrace"
     with path.open("wb") as out:
         write_perfetto(build_layout(model), out)
-    return model, TraceQuery(Path(path), "builtin")
+    return model, TraceQuery(Path(path), EngineChoice("builtin"))
 
 
 LAYERS = 4

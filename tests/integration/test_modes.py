@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from profinfer_perfetto.model.names import probe_args
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from tests.conftest import Cli
 from tests.integration.test_record import completion
@@ -23,7 +24,7 @@ OPS = "select step, op, tensor from profinfer_op"
 
 
 def ops_by_step(trace: Path) -> tuple[Counter[tuple[int, str, str]], list[int]]:
-    with TraceQuery(trace, "builtin") as q:
+    with TraceQuery(trace, EngineChoice("builtin")) as q:
         ops = Counter((int(s), o, t) for s, o, t in q.sql(OPS).rows)
         steps = [int(r[0]) for r in q.sql("select step from profinfer_step order by step").rows]
     return ops, steps
@@ -157,7 +158,7 @@ def test_floor_takes_the_traps_and_records_no_op(
     assert result.returncode == 0, result.stderr
     ops, token_steps = ops_by_step(out)
     assert not ops and token_steps == full[1]
-    with TraceQuery(out, "builtin") as q:
+    with TraceQuery(out, EngineChoice("builtin")) as q:
         recorded = q.recording_args()
     runs = {fn: int(recorded.get(probe_args(fn)[0], 0))
             for fn in ("op_begin", "fused_op_begin", "barrier_enter")}

@@ -14,6 +14,7 @@ import pytest
 
 from profinfer_perfetto.capture.counters import PMUS
 from profinfer_perfetto.model.names import counted_arg
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
 from tests.conftest import Cli
@@ -40,7 +41,7 @@ def arm_pmu() -> None:
 
 
 def _totals(out: Path) -> dict[str, float]:
-    with TraceQuery(out, "builtin") as q:
+    with TraceQuery(out, EngineChoice("builtin")) as q:
         counted = q.metric("counters")
     totals: dict[str, float] = {}
     for row in counted.rows:

@@ -30,6 +30,7 @@ from profinfer_perfetto.model.names import (
     probe_args,
 )
 from profinfer_perfetto.model.trace_model import token_phase
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
 from tests.conftest import BUILD, Cli
@@ -337,7 +338,7 @@ def test_a_server_s_steps_with_two_sequences(cli: Cli, llama: Callable[..., Path
                          sum(1 for step, _ in mine if step > prompt_end),
                          begin[prompt_end].end - begin[mine[0][0]].ts))
     for engine in ("builtin", "trace_processor") if TP_BIN else ("builtin",):
-        with TraceQuery(out, engine) as q:
+        with TraceQuery(out, EngineChoice(engine)) as q:
             rows = q.metric("sequences").rows
         assert sorted(tuple(r[:8]) for r in rows) == sorted(expected), engine
 
@@ -505,7 +506,7 @@ def test_a_pmu_event_by_name_and_raw(cli: Cli, llama: Callable[..., Path],
     result = cli("record", "--counter", "msr/tsc/", "--counter", "msr/event=0x0/", "-o", out,
                  "--", *completion(llama, model("tiny-llama"), 2, n=4))
     assert result.returncode == 0, result.stderr
-    with TraceQuery(out, "builtin") as q:
+    with TraceQuery(out, EngineChoice("builtin")) as q:
         counted = q.metric("counters")
     rows = [dict(zip(counted.columns, r, strict=True)) for r in counted.rows]
     by_name = {name: {(r["op"], r["role"]): r["slices"] for r in rows if r["counter"] == name}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests import trace_reader
@@ -121,7 +122,7 @@ def test_moe_metrics_count_what_the_trace_routes(cli: Cli, tmp_path: Path) -> No
         experts = {int(e) for ids in s.args["experts"].split(" ") for e in ids.split(",")}
         instances[step.name, s.args["op"], s.args["role"], len(experts)] += 1
     for engine in ("builtin", "trace_processor") if TP_BIN else ("builtin",):
-        with TraceQuery(out, engine) as q:
+        with TraceQuery(out, EngineChoice(engine)) as q:
             rows, cost = q.metric("moe_experts"), q.metric("moe_cost")
         got = {(r[0], r[1], r[2]): dict(zip(rows.columns, r, strict=True)) for r in rows.rows}
         assert {k: v["activations"] for k, v in got.items()} == dict(activations)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from profinfer_perfetto.query.engines import Result
+from profinfer_perfetto.query.engines import EngineChoice, Result
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests import trace_reader
@@ -93,7 +93,7 @@ def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
     assert hog_ns > 0
     for engine in _engines():
-        with TraceQuery(out, engine) as q:
+        with TraceQuery(out, EngineChoice(engine)) as q:
             tasks = {row["tid"]: row for row in _records(q.metric("interference_tasks"))}
             steps = _records(q.metric("interference"))
             lost = q.recording_args()["events_lost"]

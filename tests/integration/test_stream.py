@@ -18,6 +18,7 @@ import pytest
 
 from profinfer_perfetto.capture.spill import INDEX_FILE
 from profinfer_perfetto.commands.recover import RECOVERED
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests.conftest import Cli
@@ -82,7 +83,7 @@ def _step_begins(cli: Cli, written: Path, stream: bool) -> dict[str, set[int]]:
         assert sorted(trace.parent.iterdir()) == [trace]
     begins = {}
     for engine in ENGINES:
-        with TraceQuery(trace, engine) as q:
+        with TraceQuery(trace, EngineChoice(engine)) as q:
             begins[engine] = {ts for (ts,) in q.sql("select ts from profinfer_step").rows}
     return begins
 
@@ -156,7 +157,7 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
             assert [p.name for p in disk.iterdir()] == ["run.pftrace.records"]
             return
         for engine in ENGINES:
-            with TraceQuery(out, engine) as q:
+            with TraceQuery(out, EngineChoice(engine)) as q:
                 assert q.metric("token_steps").rows, engine
                 assert "cut short" not in q.how
 
@@ -175,7 +176,7 @@ def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None
     for engine in ENGINES:
         steps = []
         for f in files:
-            with TraceQuery(f, engine) as q:
+            with TraceQuery(f, EngineChoice(engine)) as q:
                 steps.append([row[0] for row in q.metric("token_steps").rows])
                 status = q.recording_args()["status"]
             assert status == ("complete" if f == files[-1]
@@ -190,7 +191,7 @@ def test_by_default_the_run_is_written_when_it_ends(cli: Cli, tmp_path: Path) ->
     result = cli("record", "-o", out, "--", *_generation("tiny-llama", 16))
     assert result.returncode == 0, result.stderr
     assert sorted(tmp_path.iterdir()) == [out]
-    with TraceQuery(out, "builtin") as q:
+    with TraceQuery(out, EngineChoice("builtin")) as q:
         assert len(q.metric("token_steps").rows) == 16
         assert q.recording_args()["status"] == "complete"
     refused = cli("record", "-o", out, "--no-stream", "--max-size", "1M", "--", "true")

@@ -18,6 +18,7 @@ from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.engines import EngineChoice
 from tests import synthetic
 from tests.conftest import Cli
 
@@ -313,7 +314,7 @@ def test_a_rule_with_an_unknown_statistic_is_bad_input(tmp_path: Path) -> None:
 def test_a_window_sample_is_the_mean_of_consecutive_steps(runs: dict[str, Path]) -> None:
     """window/decode: one sample per step that starts WINDOW consecutive decode steps, their
     mean; what a run sustains, judged by the default rules."""
-    base = from_traces([runs["base"]], "builtin")
+    base = from_traces([runs["base"]], EngineChoice("builtin"))
     steps = base.samples["step/decode"][0]
     windows = base.samples[f"{WINDOW_KEY}/decode"][0]
     assert len(windows) == len(steps) - WINDOW + 1
@@ -326,8 +327,8 @@ def test_a_rel_sample_is_an_ops_time_against_its_kinds_other_nodes(
     """rel/PHASE/OP/ROLE: per step, a role's time over the summed time of its op's other roles
     in that step (ppm); none for an op of one role. A 10 % slower Qcur moves its own rel by
     10 % (whatever its share of the step) and the others' by less."""
-    base = from_traces([runs["base"]], "builtin")
-    slow = from_traces([runs["slow"]], "builtin")
+    base = from_traces([runs["base"]], EngineChoice("builtin"))
+    slow = from_traces([runs["slow"]], EngineChoice("builtin"))
     shares = {k: base.samples[k][0] for k in base.samples if k.startswith("share/decode/")}
     roles = [k.rsplit("/", 1)[1] for k in shares if k.startswith("share/decode/MUL_MAT/")]
     assert len(roles) > 1

@@ -22,6 +22,7 @@ from profinfer_perfetto.draw.dag import (
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from tests import synthetic
 from tests.conftest import Cli
@@ -63,7 +64,7 @@ def test_the_dag_draws_every_node_and_edge_filled_by_its_time(cli: Cli, tmp_path
     out = tmp_path / "dag.svg"
     result = cli("dag", TRACE, "-o", out, "--engine", engine)
     assert result.returncode == 0, result.stderr
-    with TraceQuery(TRACE, engine) as q:
+    with TraceQuery(TRACE, EngineChoice(engine)) as q:
         graph = q.sql("select min(graph) from profinfer_graph where phase = 'decode'").rows[0][0]
         times = dict(q.sql(f"select node, dur from profinfer_node where graph = {graph}").rows)
         (edges,), = q.sql(
@@ -86,7 +87,7 @@ def test_the_dag_draws_every_node_and_edge_filled_by_its_time(cli: Cli, tmp_path
 
 
 def test_the_dag_as_dot_and_by_bandwidth() -> None:
-    with TraceQuery(TRACE, "builtin") as q:
+    with TraceQuery(TRACE, EngineChoice("builtin")) as q:
         dag = read_dag(q, pick_graph(q, 0))
     assert dag.phase == "prefill" and dag.step == 0
     text = to_dot(dag, Fill.BANDWIDTH)
@@ -102,7 +103,7 @@ def test_the_dag_as_dot_and_by_bandwidth() -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_figures_show_the_metric_rows(cli: Cli, tmp_path: Path, engine: str) -> None:
-    with TraceQuery(TRACE, engine) as q:
+    with TraceQuery(TRACE, EngineChoice(engine)) as q:
         kv_points = q.sql("select op, role, count(*) from profinfer_kv_point "
                           "group by op, role").rows
         experts = q.metric("moe_experts")

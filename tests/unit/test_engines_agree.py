@@ -29,7 +29,8 @@ from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.engines import BuiltinEngine, Engine, Result
-from profinfer_perfetto.query.importer import BEGIN, END, INSTANT, _nest
+from profinfer_perfetto.query.import_state import BEGIN, END, INSTANT
+from profinfer_perfetto.query.import_tables import _nest
 from tests import synthetic
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query" / "tiny-qwen3moe.pftrace"

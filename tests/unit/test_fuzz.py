@@ -29,6 +29,7 @@ from profinfer_perfetto.check.verdict import compare
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.machine import peaks
+from profinfer_perfetto.query.engines import EngineChoice
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "query" / "tiny-qwen3moe.pftrace"
 GROWTH = 512 << 20
@@ -89,7 +90,7 @@ def _read_trace(tmp_path: Path, data: bytes) -> None:
     tracemalloc.start()
     try:
         with contextlib.suppress(ProfinferError):
-            from_traces([path], "builtin")
+            from_traces([path], EngineChoice("builtin"))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -26,7 +26,7 @@ from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.layout import Layout, build_layout
 from profinfer_perfetto.model.trace_model import build
-from profinfer_perfetto.query.engines import open_engine
+from profinfer_perfetto.query.engines import AUTO, EngineChoice, open_engine
 from profinfer_perfetto.query.metrics import canned
 from profinfer_perfetto.query.session import TraceQuery
 from tests import synthetic
@@ -81,7 +81,7 @@ def test_numbered_descriptions_answer_as_written_out_ones(tmp_path: Path, engine
         write_perfetto(layout, out)
     answers = {}
     for kind, path in paths.items():
-        with TraceQuery(path, engine) as q:
+        with TraceQuery(path, EngineChoice(engine)) as q:
             answers[kind] = {name: q.metric(name).rows for name in sorted(canned())}
     assert answers["numbered"] == answers["written out"]
     assert answers["numbered"]["op_summary"]
@@ -224,13 +224,13 @@ def test_no_binary_falls_back_to_builtin_only_when_asked_for_auto(
 
     monkeypatch.delenv("PROFINFER_TP_BIN", raising=False)
     monkeypatch.setattr(PlatformDelegate, "get_shell_path", offline)
-    engine, how = open_engine(TRACE, "auto")
+    engine, how = open_engine(TRACE, AUTO)
     engine.close()
     assert engine.name == "builtin"
     assert how == "builtin engine (no trace_processor binary: the perfetto API could not get " \
                   "one: no network)"
     with pytest.raises(ProfinferError) as raised:
-        open_engine(TRACE, "trace_processor")
+        open_engine(TRACE, EngineChoice("trace_processor"))
     assert str(raised.value) == ("no trace_processor binary: the perfetto API could not get one: "
                                  "no network; give --trace-processor PATH or set PROFINFER_TP_BIN")
 

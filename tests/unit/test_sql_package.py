@@ -17,6 +17,7 @@ from perfetto.trace_processor.protos import ProtoFactory
 
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query import package
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.metrics import canned
 from profinfer_perfetto.query.package import FOLDER, SUMMARY_SPEC, Module, in_include_order
 from profinfer_perfetto.query.session import TraceQuery
@@ -74,7 +75,7 @@ def _built(q: TraceQuery) -> set[str]:
 
 
 def test_a_query_builds_only_the_modules_it_reads() -> None:
-    with TraceQuery(TRACE, "builtin") as q:
+    with TraceQuery(TRACE, EngineChoice("builtin")) as q:
         q.metric("token_latency")
         assert "profinfer_step" in _built(q)
         assert "profinfer_node_times" not in _built(q)
@@ -92,7 +93,7 @@ def _spec() -> Any:
 def test_the_summary_spec_reads_the_package_views() -> None:
     templates = _spec().metric_template_spec
     assert templates
-    with TraceQuery(TRACE, "builtin") as q:
+    with TraceQuery(TRACE, EngineChoice("builtin")) as q:
         for t in templates:
             name = t.query.table.table_name.removeprefix("profinfer_")
             assert t.query.table.module_name == f"profinfer.{name}"

@@ -29,6 +29,7 @@ from profinfer_perfetto.model import layout
 from profinfer_perfetto.model.chunks import Chunker
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.metrics import canned
 from profinfer_perfetto.query.session import TraceQuery
 from tests import synthetic
@@ -78,7 +79,8 @@ def test_every_metric_answers_as_for_the_whole_run(
     assert stream.cont.first_step > 1, "it was written in several chunks"
     assert (stream.tables.generation > 1) == (max_table == SMALL_TABLE)
     whole = _whole(rec, tmp_path / "whole.pftrace")
-    with TraceQuery(whole, engine) as a, TraceQuery(tmp_path / "streamed.pftrace", engine) as b:
+    choice = EngineChoice(engine)
+    with TraceQuery(whole, choice) as a, TraceQuery(tmp_path / "streamed.pftrace", choice) as b:
         for name in canned():
             assert a.metric(name) == b.metric(name), name
     assert not part_path(tmp_path / "streamed.pftrace").exists()
@@ -115,7 +117,7 @@ def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: P
     part.write_bytes(data[:len(data) - 100])
     answers = []
     for engine in ENGINES:
-        with TraceQuery(part, engine) as q:
+        with TraceQuery(part, EngineChoice(engine)) as q:
             answers.append(q.metric("token_steps"))
             assert "cut short" in q.how, engine
     assert 0 < len(answers[0].rows) <= 21
@@ -123,7 +125,7 @@ def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: P
     cut = tmp_path / "cut.pftrace"
     cut.write_bytes(data[:len(data) - 100])
     with pytest.raises(ProfinferError, match="is cut short"):
-        TraceQuery(cut, "builtin")
+        TraceQuery(cut, EngineChoice("builtin"))
 
 
 def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None:
@@ -139,7 +141,7 @@ def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None
     assert files == stream.files and len(files) > 2
     steps = []
     for i, path in enumerate(files):
-        with TraceQuery(path, ENGINES[-1]) as q:
+        with TraceQuery(path, EngineChoice(ENGINES[-1])) as q:
             steps += [row[0] for row in q.metric("token_steps").rows]
             status = q.recording_args()["status"]
         assert status == ("complete" if i == len(files) - 1
@@ -203,7 +205,8 @@ def test_a_killed_recorders_records_are_recovered_up_to_the_last_whole_drain(
     killed = replace(rec, run=replace(rec.run, status=RECOVERED))  # marks the trace cut short
     expected = write_trace(tmp_path / "expected.pftrace", drains[:5], killed)
     for engine in ENGINES:
-        with TraceQuery(output, engine) as got, TraceQuery(expected.files[0], engine) as want:
+        choice = EngineChoice(engine)
+        with TraceQuery(output, choice) as got, TraceQuery(expected.files[0], choice) as want:
             query = "SELECT name, COUNT(*), SUM(dur) FROM slice WHERE name != 'record' GROUP BY 1"
             assert sorted(got.sql(query).rows) == sorted(want.sql(query).rows), engine
 
