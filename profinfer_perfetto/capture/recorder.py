@@ -23,21 +23,20 @@ import numpy as np
 from profinfer_perfetto import signals
 from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.code import require_host
-from profinfer_perfetto.capture.events import (
-    BATCH,
-    NODE,
-    ROUTE,
-    SCHED,
-    Ring,
-    StopReason,
-    event_dtype,
-)
+from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
 from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.redact import redact
-from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, scheduling, target_cpus
+from profinfer_perfetto.capture.run import (
+    Drained,
+    ProbeCost,
+    Recording,
+    Run,
+    drained_dtypes,
+)
+from profinfer_perfetto.capture.sched import SchedProbes, scheduling, target_cpus
 from profinfer_perfetto.capture.selection import Selection
-from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
+from profinfer_perfetto.capture.session import ProbeSession
 from profinfer_perfetto.capture.target import Probe, ProbePlan
 from profinfer_perfetto.capture.watch import (
     Watcher,
@@ -60,61 +59,6 @@ END_WAIT_S = 10.0
 INNER_WAIT_PROBES = frozenset({"inner_wait_begin", "inner_wait_end"})
 BARRIER_PROBES = frozenset({"barrier_enter"}) | INNER_WAIT_PROBES
 OP_PROBES = frozenset({"op_begin", "fused_op_begin"}) | BARRIER_PROBES
-
-
-@dataclass
-class Run:
-    """What was recorded and how the capture went."""
-
-    ggml: GgmlInfo
-    pid: int
-    process_name: str
-    cmdline: list[str]
-    threads: dict[int, str]
-    counters: list[str]
-    lost_events: int
-    lost_nodes: int
-    begin_ns: int
-    end_ns: int
-    status: str
-    """complete, or what cut the capture short (target crash, signal to the recorder)."""
-    notes: list[str] = field(default_factory=list)
-    recorder_cpu_s: float = 0.0
-    """CPU time the recorder itself spent while capturing (draining the rings)."""
-    aggregate: bool = False
-    """Ops were summed in BPF (--aggregate): see Recording.op_stats, there are no op events."""
-    probe_costs: dict[str, ProbeCost] = field(default_factory=dict)
-    """BPF program -> its runs and time in the kernel, when the kernel keeps BPF stats."""
-    from_start: bool = True
-    """The capture saw the process from its start (a launched command), not from --pid."""
-    sched_cpus: list[int] | None = None
-    """With --sched: the CPUs watched."""
-    sched_lost: int = 0
-    """With --sched: scheduling records lost to a full ring."""
-    peaks: tuple[Peak, ...] = ()
-    """The machine's roofs, as calibrate measured them."""
-    counted: dict[str, float] = field(default_factory=dict)
-    """Per perf counter, the share of the capture the kernel counted it (under 1 where it was
-    multiplexed with others; its counts are then scaled to the whole time)."""
-
-    @property
-    def complete(self) -> bool:
-        return self.status == "complete"
-
-
-@dataclass
-class Recording:
-    events: np.ndarray
-    nodes: np.ndarray
-    run: Run
-    op_stats: list[tuple[int, np.ndarray]] = field(default_factory=list)
-    """With --aggregate: (time, OP_STATS rows so far) read at every drain."""
-    routes: np.ndarray = field(default_factory=lambda: np.empty(0, ROUTE))
-    """Mixture-of-Experts routing records (ROUTE), where the build has such ops."""
-    sched: Scheduling | None = None
-    """With --sched: the context switches and wakeups on the target's CPUs."""
-    batches: np.ndarray = field(default_factory=lambda: np.empty(0, BATCH))
-    """The sequences of each token step's batch (BATCH)."""
 
 
 @dataclass(frozen=True)
@@ -333,15 +277,17 @@ def record(
                 if launched is not None:
                     launched.end(signal.SIGTERM)
                 raise
+        sched = None if capture.sched is None else scheduling(
+            kept.joined("sched"), capture.sched.cpus, run.sched_lost)
         return Recording(
             events=kept.joined("events"),
             nodes=kept.joined("nodes"),
+            routes=kept.joined("routes"),
+            batches=kept.joined("batches"),
+            sched=kept.joined("sched") if sched is None else sched.records,
             run=run,
             op_stats=capture.op_stats,
-            routes=kept.joined("routes"),
-            sched=None if capture.sched is None else scheduling(
-                kept.joined("sched"), capture.sched.cpus, run.sched_lost),
-            batches=kept.joined("batches"),
+            scheduling=sched,
         )
 
 
@@ -433,25 +379,6 @@ def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
     return tuple(p for p in probe_plan.probes
                  if (selection.barriers or p.fn not in BARRIER_PROBES)
                  and (selection.inner_waits or p.fn not in INNER_WAIT_PROBES))
-
-
-@dataclass
-class Drained:
-    """What one drain of the rings brought, in arrival order."""
-
-    events: np.ndarray
-    nodes: np.ndarray
-    routes: np.ndarray
-    batches: np.ndarray
-    sched: np.ndarray
-    """SCHED records (empty without --sched)."""
-
-
-def drained_dtypes(counters: int) -> dict[str, np.dtype]:
-    """The record layout of each of Drained's fields, for a recording reading `counters` perf
-    counters."""
-    return {"events": event_dtype(counters), "nodes": NODE, "routes": ROUTE, "batches": BATCH,
-            "sched": SCHED}
 
 
 class Sink(Protocol):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -20,7 +19,8 @@ from profinfer_perfetto.capture import abi, target
 from profinfer_perfetto.capture.events import SCHED
 from profinfer_perfetto.capture.program import probe_source
 from profinfer_perfetto.capture.ringbuf import RingReader
-from profinfer_perfetto.capture.session import ProbeCost, import_bcc, program_costs
+from profinfer_perfetto.capture.run import ProbeCost, Scheduling, Task
+from profinfer_perfetto.capture.session import import_bcc, program_costs
 from profinfer_perfetto.errors import ProfinferError
 
 SCHED_PAGES = 1024
@@ -57,33 +57,6 @@ def target_cpus(pid: int) -> list[int]:
         except OSError:  # the thread ended
             continue
     return sorted(cpus)
-
-
-@dataclass
-class Task:
-    """A task that was scheduled on a watched CPU."""
-
-    tgid: int
-    """Its process; 0 when it ended before it could be looked up."""
-    name: str
-
-
-@dataclass
-class Scheduling:
-    """What the sched program saw, with the tasks and processes it names."""
-
-    records: np.ndarray
-    """SCHED records in time order."""
-    cpus: list[int]
-    tasks: dict[int, Task] = field(default_factory=dict)
-    """tid -> its process and name (the idle task, tid 0, is not here)."""
-    programs: dict[int, str] = field(default_factory=dict)
-    """Process id -> its program (argv[0]; the arguments are its own business), or its name for
-    kernel threads and processes that ended before they could be looked up."""
-    kernel: tuple[str, str, str, str] = ("", "", "", "")
-    """uname: sysname, release, version, machine (how the kernel writes prev_state)."""
-    lost: int = 0
-    """Records dropped because the ring was full."""
 
 
 def tasks_of(records: np.ndarray, known: Container[int] = ()) -> dict[int, Task]:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from profinfer_perfetto.capture import target
 from profinfer_perfetto.capture.recorder import (
-    Recording,
     RecordRequest,
     plan,
     program_of,
     record,
     require_root,
 )
+from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.capture.sched import sched_text
 from profinfer_perfetto.capture.spill import Spill, make_durable, spill_path
 from profinfer_perfetto.capture.target import ProbePlan

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from profinfer_perfetto import __version__
-from profinfer_perfetto.capture.sched import Scheduling
+from profinfer_perfetto.capture.run import Scheduling
 from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.backends import backend_name
 from profinfer_perfetto.model.names import (

@@ -30,8 +30,7 @@ from profinfer_perfetto.capture.events import (
     Kind,
     TokenEntry,
 )
-from profinfer_perfetto.capture.recorder import Recording, Run
-from profinfer_perfetto.capture.sched import Scheduling
+from profinfer_perfetto.capture.run import Recording, Run, Scheduling
 from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.lookup import last_descriptor, latest
 from profinfer_perfetto.model.work import auto_named
@@ -459,7 +458,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
         dropped_ops=dropped + uncut + int(np.count_nonzero(~known & traced)),
         routing=_routing(recording.routes, nodes, ops,
                          {recording.run.ggml.op_id(op) for op in MOE_OPS} - {-1}),
-        sched=recording.sched,
+        sched=recording.scheduling,
         step_runs=_step_runs(recording.batches, tokens),
         cont=cont or Continuation(),
         inner_waits=_inner_waits(events, ops),
