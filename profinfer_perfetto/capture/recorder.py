@@ -32,9 +32,17 @@ from profinfer_perfetto.capture.run import (
     ProbeCost,
     Recording,
     Run,
+    Task,
     drained_dtypes,
+    scheduling,
 )
-from profinfer_perfetto.capture.sched import SchedProbes, scheduling, target_cpus
+from profinfer_perfetto.capture.sched import (
+    SchedProbes,
+    kernel,
+    programs_of,
+    target_cpus,
+    tasks_of,
+)
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeSession
 from profinfer_perfetto.capture.target import Probe, ProbePlan
@@ -277,8 +285,7 @@ def record(
                 if launched is not None:
                     launched.end(signal.SIGTERM)
                 raise
-        sched = None if capture.sched is None else scheduling(
-            kept.joined("sched"), capture.sched.cpus, run.sched_lost)
+        sched = None if run.sched_cpus is None else scheduling(kept.joined("sched"), run)
         return Recording(
             events=kept.joined("events"),
             nodes=kept.joined("nodes"),
@@ -423,6 +430,9 @@ class _Capture:
         self.pid, self.launched, self.sched, self.sink = pid, launched, sched, sink
         self.op_stats: list[tuple[int, np.ndarray]] = []
         self.threads: dict[int, str] = {}
+        self.sched_tasks: dict[int, Task] = {}
+        self.sched_programs: dict[int, str] = {}
+        self.kernel = kernel()
         self.extra_notes: list[str] = []
         if named and launched is not None:
             self.process_name = Path(launched.command[0]).name
@@ -442,8 +452,17 @@ class _Capture:
         if self.request.selection.aggregate:
             self.op_stats.append((boot_ns(), self.session.op_stats()))
         sched = self.sched.read() if self.sched is not None else np.empty(0, SCHED)
+        self.look_up(sched)
         return self.sink(Drained(events, nodes, routes, batches, sched),
                          self.run_so_far("running"))
+
+    def look_up(self, sched: np.ndarray) -> None:
+        """The tasks that `sched` names first, and their programs, while they are there (new
+        dicts: the sinks keep the runs they were handed)."""
+        tasks = tasks_of(sched, self.sched_tasks)
+        if tasks:
+            self.sched_tasks = self.sched_tasks | tasks
+            self.sched_programs = self.sched_programs | programs_of(tasks)
 
     def until_end(self, stop: signals.Note) -> str:
         """Drain until the target ends, the duration passes or the recorder is stopped; how
@@ -562,6 +581,9 @@ class _Capture:
             sched_lost=sched_lost,
             peaks=self.request.peaks,
             counted=self.session.counted_shares() if final else {},
+            kernel=self.kernel,
+            sched_tasks=self.sched_tasks,
+            sched_programs=self.sched_programs,
         )
 
 

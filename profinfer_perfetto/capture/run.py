@@ -7,6 +7,7 @@ model, the encoder and `recover` read them.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,15 @@ class ProbeCost:
 
     runs: int
     ns: int
+
+
+@dataclass
+class Task:
+    """A task that was scheduled on a watched CPU."""
+
+    tgid: int
+    """Its process; 0 when it ended before it could be looked up."""
+    name: str
 
 
 @dataclass
@@ -59,6 +69,13 @@ class Run:
     counted: dict[str, float] = field(default_factory=dict)
     """Per perf counter, the share of the capture the kernel counted it (under 1 where it was
     multiplexed with others; its counts are then scaled to the whole time)."""
+    kernel: tuple[str, str, str, str] = ("", "", "", "")
+    """uname of the machine that recorded: sysname, release, version, machine."""
+    sched_tasks: dict[int, Task] = field(default_factory=dict)
+    """With --sched: tid -> the process and name of each task the scheduling records named,
+    looked up when the drain that brought them came (while the tasks were still there)."""
+    sched_programs: dict[int, str] = field(default_factory=dict)
+    """With --sched: process id -> the program of each process those tasks belong to."""
 
     @property
     def complete(self) -> bool:
@@ -97,15 +114,6 @@ Drained = Records
 
 
 @dataclass
-class Task:
-    """A task that was scheduled on a watched CPU."""
-
-    tgid: int
-    """Its process; 0 when it ended before it could be looked up."""
-    name: str
-
-
-@dataclass
 class Scheduling:
     """What the sched program saw, with the tasks and processes it names."""
 
@@ -121,6 +129,20 @@ class Scheduling:
     """uname: sysname, release, version, machine (how the kernel writes prev_state)."""
     lost: int = 0
     """Records dropped because the ring was full."""
+
+
+def scheduling(records: np.ndarray, run: Run, known: Container[int] = ()) -> Scheduling:
+    """`records` (SCHED) in time order, with the tasks they name but the `known` ones, and their
+    processes' programs, as the capture looked them up (a task it did not: no process, no
+    name)."""
+    records = records[np.argsort(records["ts"], kind="stable")]
+    named = set(records["tid"].tolist()) | set(records["prev_tid"].tolist())
+    tasks = {tid: run.sched_tasks.get(tid, Task(0, "")) for tid in sorted(named - {0})
+             if tid not in known}
+    programs = {task.tgid: run.sched_programs[task.tgid] for task in tasks.values()
+                if task.tgid in run.sched_programs}
+    return Scheduling(records, run.sched_cpus or [], tasks, programs, run.kernel,
+                      run.sched_lost)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from profinfer_perfetto.capture import abi, target
 from profinfer_perfetto.capture.events import SCHED
 from profinfer_perfetto.capture.program import probe_source
 from profinfer_perfetto.capture.ringbuf import RingReader
-from profinfer_perfetto.capture.run import ProbeCost, Scheduling, Task
+from profinfer_perfetto.capture.run import ProbeCost, Task
 from profinfer_perfetto.capture.session import import_bcc, program_costs
 from profinfer_perfetto.errors import ProfinferError
 
@@ -32,14 +32,6 @@ def kernel() -> tuple[str, str, str, str]:
     """uname: sysname, release, version, machine."""
     uname = os.uname()
     return uname.sysname, uname.release, uname.version, uname.machine
-
-
-def scheduling(records: np.ndarray, cpus: list[int], lost: int,
-               known: Container[int] = ()) -> Scheduling:
-    """`records` in time order, with the tasks they name (but the `known` ones) looked up."""
-    records = records[np.argsort(records["ts"], kind="stable")]
-    tasks = tasks_of(records, known)
-    return Scheduling(records, cpus, tasks, programs_of(tasks), kernel(), lost)
 
 
 def sched_text(max_cpus: int) -> str:

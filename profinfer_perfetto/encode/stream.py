@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profinfer_perfetto.capture.run import Drained, Recording, Records, Run, Task
-from profinfer_perfetto.capture.sched import scheduling
+from profinfer_perfetto.capture.run import Drained, Recording, Records, Run, Task, scheduling
 from profinfer_perfetto.capture.spill import write_all
 from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
@@ -187,7 +186,7 @@ class TraceStream:
                closing: bool = False) -> None:
         sched = None
         if run.sched_cpus is not None:
-            sched = scheduling(chunk.sched, run.sched_cpus, run.sched_lost, self.tasks)
+            sched = scheduling(chunk.sched, run, self.tasks)
             self.tasks |= sched.tasks
             self.programs |= sched.programs
             if self.fresh:
