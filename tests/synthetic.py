@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from profinfer_perfetto.analysis.ggml import GgmlInfo, RuntimeLayout, TensorLayout
 from profinfer_perfetto.capture.events import NODE, Kind, TokenEntry, event_dtype
-from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout
 from profinfer_perfetto.capture.run import Recording, Run
 from profinfer_perfetto.machine.peaks import Peak, PeakKind
 

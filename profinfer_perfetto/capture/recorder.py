@@ -21,10 +21,12 @@ from typing import Protocol
 import numpy as np
 
 from profinfer_perfetto import signals
-from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.code import require_host
+from profinfer_perfetto.analysis import target
+from profinfer_perfetto.analysis.code import require_host
+from profinfer_perfetto.analysis.ggml import GgmlInfo
+from profinfer_perfetto.analysis.target import Probe, ProbePlan
+from profinfer_perfetto.capture import process
 from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
-from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.redact import redact
 from profinfer_perfetto.capture.run import (
@@ -45,7 +47,6 @@ from profinfer_perfetto.capture.sched import (
 )
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.session import ProbeSession
-from profinfer_perfetto.capture.target import Probe, ProbePlan
 from profinfer_perfetto.capture.watch import (
     Watcher,
     loader_probe,
@@ -323,7 +324,7 @@ def _target(request: RecordRequest, probe_plan: ProbePlan | None,
     if launched is not None:
         return launched.proc.pid, probe_plan
     assert request.pid is not None
-    if not target.is_alive(request.pid):
+    if not process.is_alive(request.pid):
         raise ProfinferError(f"no process with PID {request.pid}")
     return request.pid, probe_plan
 
@@ -438,9 +439,9 @@ class _Capture:
             self.process_name = Path(launched.command[0]).name
             self.cmdline = redact(launched.command)
         else:
-            self.cmdline = redact(target.process_cmdline(pid))
+            self.cmdline = redact(process.process_cmdline(pid))
             self.process_name = (Path(self.cmdline[0]).name if self.cmdline
-                                 else target.process_name(pid))
+                                 else process.process_name(pid))
         self.begin, self.cpu_at_begin = boot_ns(), time.process_time()
 
     def drain(self) -> str | None:
@@ -448,7 +449,7 @@ class _Capture:
         events, nodes, routes, batches = self.session.read()
         for tid in np.unique(events["tid"]).tolist():
             if tid not in self.threads:
-                self.threads[tid] = target.thread_name(self.pid, tid) or self.process_name
+                self.threads[tid] = process.thread_name(self.pid, tid) or self.process_name
         if self.request.selection.aggregate:
             self.op_stats.append((boot_ns(), self.session.op_stats()))
         sched = self.sched.read() if self.sched is not None else np.empty(0, SCHED)
@@ -477,7 +478,7 @@ class _Capture:
                 return f"capture stopped: {refused}"
             if self.launched is not None and (ended := self.launched.ended()) is not None:
                 return ended
-            if self.launched is None and not target.is_alive(self.pid):
+            if self.launched is None and not process.is_alive(self.pid):
                 return "complete"
             if stop.signal is not None:
                 self.end(stop.signal)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.capture.events import BATCH, NODE, ROUTE, SCHED, event_dtype
-from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.machine.peaks import Peak
 
 

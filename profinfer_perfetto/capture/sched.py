@@ -15,7 +15,7 @@ from types import TracebackType
 
 import numpy as np
 
-from profinfer_perfetto.capture import abi, target
+from profinfer_perfetto.capture import abi, process
 from profinfer_perfetto.capture.events import SCHED
 from profinfer_perfetto.capture.program import probe_source
 from profinfer_perfetto.capture.ringbuf import RingReader
@@ -65,9 +65,9 @@ def tasks_of(records: np.ndarray, known: Container[int] = ()) -> dict[int, Task]
     tasks.pop(0, None)
     for tid, task in tasks.items():
         if not task.tgid:
-            task.tgid = target.status_number(tid, "Tgid")
+            task.tgid = process.status_number(tid, "Tgid")
         if not task.name:
-            task.name = target.thread_name(task.tgid or tid, tid) or ""
+            task.name = process.thread_name(task.tgid or tid, tid) or ""
     return tasks
 
 
@@ -77,7 +77,7 @@ def programs_of(tasks: dict[int, Task]) -> dict[int, str]:
     for task in tasks.values():
         if task.tgid and task.tgid not in programs:
             leader = tasks.get(task.tgid, task)
-            programs[task.tgid] = next(iter(target.process_cmdline(task.tgid)), leader.name)
+            programs[task.tgid] = next(iter(process.process_cmdline(task.tgid)), leader.name)
     return programs
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from profinfer_perfetto.analysis.target import Probe
 from profinfer_perfetto.capture.counters import (
     counted_share,
     counting_fd,
@@ -30,7 +31,6 @@ from profinfer_perfetto.capture.events import BATCH, NODE, OP_STATS, ROUTE, Ring
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.run import ProbeCost
-from profinfer_perfetto.capture.target import Probe
 from profinfer_perfetto.errors import ProfinferError
 
 

@@ -8,7 +8,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from profinfer_perfetto.capture import target
+from profinfer_perfetto.analysis.target import ProbePlan
+from profinfer_perfetto.capture import process
 from profinfer_perfetto.capture.recorder import (
     RecordRequest,
     plan,
@@ -19,7 +20,6 @@ from profinfer_perfetto.capture.recorder import (
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.capture.sched import sched_text
 from profinfer_perfetto.capture.spill import Spill, make_durable, spill_path
-from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
@@ -160,7 +160,7 @@ def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:
 def _peak_mb() -> float:
     """This process's peak resident memory (its own: getrusage's ru_maxrss outlives an exec, so
     it can say the peak of whatever ran in the process before)."""
-    return target.status_number("self", "VmHWM") / 1024
+    return process.status_number("self", "VmHWM") / 1024
 
 
 def summary(totals: RunTotals, model: TraceModel, output: Path, written: int, unit: str) -> str:

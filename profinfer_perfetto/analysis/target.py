@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from profinfer_perfetto.capture.code import arch_of, call_sites, inner_calls
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
-from profinfer_perfetto.capture.isa import Flow
+from profinfer_perfetto.analysis.code import arch_of, call_sites, inner_calls
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.ggml import GgmlInfo, read_ggml_info
+from profinfer_perfetto.analysis.isa import Flow
 from profinfer_perfetto.errors import ProfinferError
 
 OP_SYMBOL = "ggml_cpu_extra_compute_forward"
@@ -311,47 +311,3 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
         notes.append("no llama_decode in the target: no token steps, graphs only")
     return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name)
-
-
-def process_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return f"pid {pid}"
-
-
-def thread_name(pid: int, tid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-    except OSError:
-        return None
-
-
-def status_number(task: int | str, key: str) -> int:
-    """A number of /proc/TASK/status (`task`: an id, or "self"); 0 where it is not there."""
-    try:
-        status = Path(f"/proc/{task}/status").read_text()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith(f"{key}:"):
-            return int(line.split()[1])
-    return 0
-
-
-def process_cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
