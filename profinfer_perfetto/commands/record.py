@@ -27,8 +27,9 @@ from profinfer_perfetto.encode.stream import Rotation, TraceStream, write_trace
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.totals import RunTotals
-from profinfer_perfetto.model.trace_model import PHASES, TraceModel, build
+from profinfer_perfetto.model.trace_model import TraceModel, build
 
 
 @dataclass

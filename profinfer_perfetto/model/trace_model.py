@@ -33,6 +33,7 @@ from profinfer_perfetto.capture.events import (
 from profinfer_perfetto.capture.run import Recording, Run, Scheduling
 from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.lookup import last_descriptor, latest
+from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
@@ -465,18 +466,16 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     )
 
 
-PHASES = ("prefill", "decode", "mixed", "encode")
-
-
 def token_phase(n_tokens: int, entry: int, sequences: int = 1) -> str:
     """How a token step is named: encode; decode (one token of each sequence in the batch);
     prefill (several tokens of one sequence); mixed (several sequences, not one token each: a
     server's prompt beside another sequence's decode)."""
+    prefill, decode, mixed, encode = PHASES
     if entry == TokenEntry.ENCODE:
-        return "encode"
+        return encode
     if n_tokens <= 1 or sequences == n_tokens:
-        return "decode"
-    return "prefill" if sequences <= 1 else "mixed"
+        return decode
+    return prefill if sequences <= 1 else mixed
 
 
 @dataclass(frozen=True)
