@@ -57,7 +57,8 @@ import numpy as np
 
 from bench.gate import bench_gate
 from profinfer_perfetto.capture.events import SCHED, Kind
-from profinfer_perfetto.capture.recorder import Drained, Recording, RecordRequest, plan, record
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.capture.run import Drained, Recording
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import TraceStream
@@ -102,7 +103,7 @@ def tiled(rec: Recording, op_events: int) -> Recording:
         nodes.append(n)
     run = rec.run
     run.end_ns = run.begin_ns + copies * span
-    return Recording(np.concatenate(events), np.concatenate(nodes), run)
+    return Recording(np.concatenate(events), np.concatenate(nodes), run=run)
 
 
 def million_op_trace() -> Path:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from profinfer_perfetto.analysis.ggml import GgmlInfo, RuntimeLayout, TensorLayout
 from profinfer_perfetto.capture.events import NODE, Kind, TokenEntry, event_dtype
-from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout
-from profinfer_perfetto.capture.recorder import Recording, Run
+from profinfer_perfetto.capture.run import Recording, Run
 from profinfer_perfetto.machine.peaks import Peak, PeakKind
 
 OPS = ("NONE", "DUP", "ADD", "MUL", "RMS_NORM", "MUL_MAT", "UNARY")

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.capture import abi
-from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.capture.selection import Selection
 
 REFRESH_EVERY = 32

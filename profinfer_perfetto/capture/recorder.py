@@ -21,24 +21,32 @@ from typing import Protocol
 import numpy as np
 
 from profinfer_perfetto import signals
-from profinfer_perfetto.capture import target
-from profinfer_perfetto.capture.code import require_host
-from profinfer_perfetto.capture.events import (
-    BATCH,
-    NODE,
-    ROUTE,
-    SCHED,
-    Ring,
-    StopReason,
-    event_dtype,
-)
-from profinfer_perfetto.capture.ggml import GgmlInfo
+from profinfer_perfetto.analysis import target
+from profinfer_perfetto.analysis.code import require_host
+from profinfer_perfetto.analysis.ggml import GgmlInfo
+from profinfer_perfetto.analysis.target import Probe, ProbePlan
+from profinfer_perfetto.capture import process
+from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.redact import redact
-from profinfer_perfetto.capture.sched import SchedProbes, Scheduling, scheduling, target_cpus
+from profinfer_perfetto.capture.run import (
+    Drained,
+    ProbeCost,
+    Recording,
+    Run,
+    Task,
+    drained_dtypes,
+    scheduling,
+)
+from profinfer_perfetto.capture.sched import (
+    SchedProbes,
+    kernel,
+    programs_of,
+    target_cpus,
+    tasks_of,
+)
 from profinfer_perfetto.capture.selection import Selection
-from profinfer_perfetto.capture.session import ProbeCost, ProbeSession
-from profinfer_perfetto.capture.target import Probe, ProbePlan
+from profinfer_perfetto.capture.session import ProbeSession
 from profinfer_perfetto.capture.watch import (
     Watcher,
     loader_probe,
@@ -60,61 +68,6 @@ END_WAIT_S = 10.0
 INNER_WAIT_PROBES = frozenset({"inner_wait_begin", "inner_wait_end"})
 BARRIER_PROBES = frozenset({"barrier_enter"}) | INNER_WAIT_PROBES
 OP_PROBES = frozenset({"op_begin", "fused_op_begin"}) | BARRIER_PROBES
-
-
-@dataclass
-class Run:
-    """What was recorded and how the capture went."""
-
-    ggml: GgmlInfo
-    pid: int
-    process_name: str
-    cmdline: list[str]
-    threads: dict[int, str]
-    counters: list[str]
-    lost_events: int
-    lost_nodes: int
-    begin_ns: int
-    end_ns: int
-    status: str
-    """complete, or what cut the capture short (target crash, signal to the recorder)."""
-    notes: list[str] = field(default_factory=list)
-    recorder_cpu_s: float = 0.0
-    """CPU time the recorder itself spent while capturing (draining the rings)."""
-    aggregate: bool = False
-    """Ops were summed in BPF (--aggregate): see Recording.op_stats, there are no op events."""
-    probe_costs: dict[str, ProbeCost] = field(default_factory=dict)
-    """BPF program -> its runs and time in the kernel, when the kernel keeps BPF stats."""
-    from_start: bool = True
-    """The capture saw the process from its start (a launched command), not from --pid."""
-    sched_cpus: list[int] | None = None
-    """With --sched: the CPUs watched."""
-    sched_lost: int = 0
-    """With --sched: scheduling records lost to a full ring."""
-    peaks: tuple[Peak, ...] = ()
-    """The machine's roofs, as calibrate measured them."""
-    counted: dict[str, float] = field(default_factory=dict)
-    """Per perf counter, the share of the capture the kernel counted it (under 1 where it was
-    multiplexed with others; its counts are then scaled to the whole time)."""
-
-    @property
-    def complete(self) -> bool:
-        return self.status == "complete"
-
-
-@dataclass
-class Recording:
-    events: np.ndarray
-    nodes: np.ndarray
-    run: Run
-    op_stats: list[tuple[int, np.ndarray]] = field(default_factory=list)
-    """With --aggregate: (time, OP_STATS rows so far) read at every drain."""
-    routes: np.ndarray = field(default_factory=lambda: np.empty(0, ROUTE))
-    """Mixture-of-Experts routing records (ROUTE), where the build has such ops."""
-    sched: Scheduling | None = None
-    """With --sched: the context switches and wakeups on the target's CPUs."""
-    batches: np.ndarray = field(default_factory=lambda: np.empty(0, BATCH))
-    """The sequences of each token step's batch (BATCH)."""
 
 
 @dataclass(frozen=True)
@@ -333,15 +286,16 @@ def record(
                 if launched is not None:
                     launched.end(signal.SIGTERM)
                 raise
+        sched = None if run.sched_cpus is None else scheduling(kept.joined("sched"), run)
         return Recording(
             events=kept.joined("events"),
             nodes=kept.joined("nodes"),
+            routes=kept.joined("routes"),
+            batches=kept.joined("batches"),
+            sched=kept.joined("sched") if sched is None else sched.records,
             run=run,
             op_stats=capture.op_stats,
-            routes=kept.joined("routes"),
-            sched=None if capture.sched is None else scheduling(
-                kept.joined("sched"), capture.sched.cpus, run.sched_lost),
-            batches=kept.joined("batches"),
+            scheduling=sched,
         )
 
 
@@ -370,7 +324,7 @@ def _target(request: RecordRequest, probe_plan: ProbePlan | None,
     if launched is not None:
         return launched.proc.pid, probe_plan
     assert request.pid is not None
-    if not target.is_alive(request.pid):
+    if not process.is_alive(request.pid):
         raise ProfinferError(f"no process with PID {request.pid}")
     return request.pid, probe_plan
 
@@ -435,25 +389,6 @@ def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
                  and (selection.inner_waits or p.fn not in INNER_WAIT_PROBES))
 
 
-@dataclass
-class Drained:
-    """What one drain of the rings brought, in arrival order."""
-
-    events: np.ndarray
-    nodes: np.ndarray
-    routes: np.ndarray
-    batches: np.ndarray
-    sched: np.ndarray
-    """SCHED records (empty without --sched)."""
-
-
-def drained_dtypes(counters: int) -> dict[str, np.dtype]:
-    """The record layout of each of Drained's fields, for a recording reading `counters` perf
-    counters."""
-    return {"events": event_dtype(counters), "nodes": NODE, "routes": ROUTE, "batches": BATCH,
-            "sched": SCHED}
-
-
 class Sink(Protocol):
     """Takes each drain while the capture runs (`run`: what is known of it so far, `end_ns`
     now), and says why the capture must stop, if it must; record() keeps nothing of what a
@@ -496,14 +431,17 @@ class _Capture:
         self.pid, self.launched, self.sched, self.sink = pid, launched, sched, sink
         self.op_stats: list[tuple[int, np.ndarray]] = []
         self.threads: dict[int, str] = {}
+        self.sched_tasks: dict[int, Task] = {}
+        self.sched_programs: dict[int, str] = {}
+        self.kernel = kernel()
         self.extra_notes: list[str] = []
         if named and launched is not None:
             self.process_name = Path(launched.command[0]).name
             self.cmdline = redact(launched.command)
         else:
-            self.cmdline = redact(target.process_cmdline(pid))
+            self.cmdline = redact(process.process_cmdline(pid))
             self.process_name = (Path(self.cmdline[0]).name if self.cmdline
-                                 else target.process_name(pid))
+                                 else process.process_name(pid))
         self.begin, self.cpu_at_begin = boot_ns(), time.process_time()
 
     def drain(self) -> str | None:
@@ -511,12 +449,21 @@ class _Capture:
         events, nodes, routes, batches = self.session.read()
         for tid in np.unique(events["tid"]).tolist():
             if tid not in self.threads:
-                self.threads[tid] = target.thread_name(self.pid, tid) or self.process_name
+                self.threads[tid] = process.thread_name(self.pid, tid) or self.process_name
         if self.request.selection.aggregate:
             self.op_stats.append((boot_ns(), self.session.op_stats()))
         sched = self.sched.read() if self.sched is not None else np.empty(0, SCHED)
+        self.look_up(sched)
         return self.sink(Drained(events, nodes, routes, batches, sched),
                          self.run_so_far("running"))
+
+    def look_up(self, sched: np.ndarray) -> None:
+        """The tasks that `sched` names first, and their programs, while they are there (new
+        dicts: the sinks keep the runs they were handed)."""
+        tasks = tasks_of(sched, self.sched_tasks)
+        if tasks:
+            self.sched_tasks = self.sched_tasks | tasks
+            self.sched_programs = self.sched_programs | programs_of(tasks)
 
     def until_end(self, stop: signals.Note) -> str:
         """Drain until the target ends, the duration passes or the recorder is stopped; how
@@ -531,7 +478,7 @@ class _Capture:
                 return f"capture stopped: {refused}"
             if self.launched is not None and (ended := self.launched.ended()) is not None:
                 return ended
-            if self.launched is None and not target.is_alive(self.pid):
+            if self.launched is None and not process.is_alive(self.pid):
                 return "complete"
             if stop.signal is not None:
                 self.end(stop.signal)
@@ -635,6 +582,9 @@ class _Capture:
             sched_lost=sched_lost,
             peaks=self.request.peaks,
             counted=self.session.counted_shares() if final else {},
+            kernel=self.kernel,
+            sched_tasks=self.sched_tasks,
+            sched_programs=self.sched_programs,
         )
 
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 import numpy as np
 
-from profinfer_perfetto.capture import abi, target
+from profinfer_perfetto.capture import abi, process
 from profinfer_perfetto.capture.events import SCHED
 from profinfer_perfetto.capture.program import probe_source
 from profinfer_perfetto.capture.ringbuf import RingReader
-from profinfer_perfetto.capture.session import ProbeCost, import_bcc, program_costs
+from profinfer_perfetto.capture.run import ProbeCost, Task
+from profinfer_perfetto.capture.session import import_bcc, program_costs
 from profinfer_perfetto.errors import ProfinferError
 
 SCHED_PAGES = 1024
@@ -32,14 +32,6 @@ def kernel() -> tuple[str, str, str, str]:
     """uname: sysname, release, version, machine."""
     uname = os.uname()
     return uname.sysname, uname.release, uname.version, uname.machine
-
-
-def scheduling(records: np.ndarray, cpus: list[int], lost: int,
-               known: Container[int] = ()) -> Scheduling:
-    """`records` in time order, with the tasks they name (but the `known` ones) looked up."""
-    records = records[np.argsort(records["ts"], kind="stable")]
-    tasks = tasks_of(records, known)
-    return Scheduling(records, cpus, tasks, programs_of(tasks), kernel(), lost)
 
 
 def sched_text(max_cpus: int) -> str:
@@ -59,33 +51,6 @@ def target_cpus(pid: int) -> list[int]:
     return sorted(cpus)
 
 
-@dataclass
-class Task:
-    """A task that was scheduled on a watched CPU."""
-
-    tgid: int
-    """Its process; 0 when it ended before it could be looked up."""
-    name: str
-
-
-@dataclass
-class Scheduling:
-    """What the sched program saw, with the tasks and processes it names."""
-
-    records: np.ndarray
-    """SCHED records in time order."""
-    cpus: list[int]
-    tasks: dict[int, Task] = field(default_factory=dict)
-    """tid -> its process and name (the idle task, tid 0, is not here)."""
-    programs: dict[int, str] = field(default_factory=dict)
-    """Process id -> its program (argv[0]; the arguments are its own business), or its name for
-    kernel threads and processes that ended before they could be looked up."""
-    kernel: tuple[str, str, str, str] = ("", "", "", "")
-    """uname: sysname, release, version, machine (how the kernel writes prev_state)."""
-    lost: int = 0
-    """Records dropped because the ring was full."""
-
-
 def tasks_of(records: np.ndarray, known: Container[int] = ()) -> dict[int, Task]:
     """The tasks `records` name that are not `known`: each one's process (from the switches away
     from it, else /proc) and its latest name. Call while they may still be there."""
@@ -100,9 +65,9 @@ def tasks_of(records: np.ndarray, known: Container[int] = ()) -> dict[int, Task]
     tasks.pop(0, None)
     for tid, task in tasks.items():
         if not task.tgid:
-            task.tgid = target.status_number(tid, "Tgid")
+            task.tgid = process.status_number(tid, "Tgid")
         if not task.name:
-            task.name = target.thread_name(task.tgid or tid, tid) or ""
+            task.name = process.thread_name(task.tgid or tid, tid) or ""
     return tasks
 
 
@@ -112,7 +77,7 @@ def programs_of(tasks: dict[int, Task]) -> dict[int, str]:
     for task in tasks.values():
         if task.tgid and task.tgid not in programs:
             leader = tasks.get(task.tgid, task)
-            programs[task.tgid] = next(iter(target.process_cmdline(task.tgid)), leader.name)
+            programs[task.tgid] = next(iter(process.process_cmdline(task.tgid)), leader.name)
     return programs
 
 

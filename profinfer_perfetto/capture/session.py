@@ -14,13 +14,13 @@ import ctypes
 import os
 import select
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from profinfer_perfetto.analysis.target import Probe
 from profinfer_perfetto.capture.counters import (
     counted_share,
     counting_fd,
@@ -30,7 +30,7 @@ from profinfer_perfetto.capture.counters import (
 from profinfer_perfetto.capture.events import BATCH, NODE, OP_STATS, ROUTE, Ring, event_dtype
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
-from profinfer_perfetto.capture.target import Probe
+from profinfer_perfetto.capture.run import ProbeCost
 from profinfer_perfetto.errors import ProfinferError
 
 
@@ -79,15 +79,6 @@ class UprobeAttacher:
             )
         bpf._add_uprobe_fd(name, fd)
         return name
-
-
-@dataclass(frozen=True)
-class ProbeCost:
-    """What one BPF program of ours cost: its runs and their summed time (kernel-measured,
-    without the uprobe trap around each run)."""
-
-    runs: int
-    ns: int
 
 
 def program_costs(bpf: Any) -> dict[str, ProbeCost]:

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from profinfer_perfetto.capture.events import MAX_COUNTERS
-from profinfer_perfetto.capture.recorder import Drained, Run, drained_dtypes
+from profinfer_perfetto.capture.run import Drained, Run, drained_dtypes
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.files import invoking_user, open_new
 

@@ -24,13 +24,13 @@ from types import TracebackType
 
 import numpy as np
 
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.target import LOADER_SYMBOL, Probe
 from profinfer_perfetto.capture import abi
-from profinfer_perfetto.capture.elf import ElfFile
 from profinfer_perfetto.capture.events import STOP
 from profinfer_perfetto.capture.program import probe_source
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.session import UprobeAttacher, import_bcc
-from profinfer_perfetto.capture.target import LOADER_SYMBOL, Probe
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.signals import deferred
 

@@ -13,15 +13,15 @@ from typing import Annotated
 
 import typer
 
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.ggml import describe, read_ggml_info
+from profinfer_perfetto.analysis.target import objects_of_file, objects_of_process
 from profinfer_perfetto.capture.counters import (
     HARDWARE_COUNTERS,
     SOFTWARE_COUNTERS,
     counter_opens,
     pmu_events,
 )
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import describe, read_ggml_info
-from profinfer_perfetto.capture.target import objects_of_file, objects_of_process
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.query.engines import TP_BIN_ENV, find_trace_processor
 

@@ -11,22 +11,22 @@ from typing import Annotated
 
 import typer
 
-from profinfer_perfetto.capture import target
+from profinfer_perfetto.analysis.target import ProbePlan
+from profinfer_perfetto.capture import process
 from profinfer_perfetto.capture.counters import counter_config
 from profinfer_perfetto.capture.events import MAX_COUNTERS
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.recorder import (
-    Recording,
     RecordRequest,
     plan,
     program_of,
     record,
     require_root,
 )
+from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.capture.sched import sched_text
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.spill import Spill, make_durable, spill_path
-from profinfer_perfetto.capture.target import ProbePlan
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
@@ -35,8 +35,9 @@ from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.machine import peaks
 from profinfer_perfetto.model.aggregate import op_stats
 from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.totals import RunTotals
-from profinfer_perfetto.model.trace_model import PHASES, TraceModel, build
+from profinfer_perfetto.model.trace_model import TraceModel, build
 
 CommandArgument = Annotated[
     list[str] | None, typer.Argument(help="The command to run and trace, after --.")
@@ -344,7 +345,7 @@ def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:
 def _peak_mb() -> float:
     """This process's peak resident memory (its own: getrusage's ru_maxrss outlives an exec, so
     it can say the peak of whatever ran in the process before)."""
-    return target.status_number("self", "VmHWM") / 1024
+    return process.status_number("self", "VmHWM") / 1024
 
 
 def summary(totals: RunTotals, model: TraceModel, output: Path, written: int, unit: str) -> str:

@@ -7,9 +7,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
-from profinfer_perfetto.capture.recorder import Recording, drained_dtypes
+from profinfer_perfetto.capture.run import Recording, Records, drained_dtypes
 from profinfer_perfetto.capture.spill import (
     left_run,
     locked,
@@ -41,7 +39,7 @@ class RecoverCommand:
                 *run.notes, "recovered from the records a killed recorder left: the run up to "
                 "the last drain it wrote whole; events lost to full rings are not known",
                 *drains.notes])
-            ended = Recording(np.empty(0, dtypes["events"]), np.empty(0, dtypes["nodes"]), run)
+            ended = Recording(**vars(Records.empty(len(run.counters))), run=run)
             stream = write_trace(self.output, drains, ended)
             make_durable(stream.files)
             shutil.rmtree(folder)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from profinfer_perfetto.capture.events import SchedKind
-from profinfer_perfetto.capture.sched import Scheduling
+from profinfer_perfetto.capture.run import Scheduling
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 
 BUNDLE_RECORDS = 8192

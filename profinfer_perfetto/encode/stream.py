@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profinfer_perfetto.capture.recorder import Drained, Recording, Run, drained_dtypes
-from profinfer_perfetto.capture.sched import Task, scheduling
+from profinfer_perfetto.capture.run import Drained, Recording, Records, Run, Task, scheduling
 from profinfer_perfetto.capture.spill import write_all
 from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
@@ -187,13 +186,13 @@ class TraceStream:
                closing: bool = False) -> None:
         sched = None
         if run.sched_cpus is not None:
-            sched = scheduling(chunk.sched, run.sched_cpus, run.sched_lost, self.tasks)
+            sched = scheduling(chunk.sched, run, self.tasks)
             self.tasks |= sched.tasks
             self.programs |= sched.programs
             if self.fresh:
                 sched = replace(sched, tasks=dict(self.tasks), programs=dict(self.programs))
-        recording = Recording(chunk.events, chunk.nodes, run, op_stats or [], chunk.routes,
-                              sched, chunk.batches)
+        recording = Recording(chunk.events, chunk.nodes, chunk.routes, chunk.batches,
+                              chunk.sched, run=run, op_stats=op_stats or [], scheduling=sched)
         model = build(recording, replace(self.cont, final=final))
         out = io.BytesIO()
         packets = write_perfetto(build_layout(model, self.tables), out, self.written)
@@ -228,7 +227,5 @@ def write_trace(output: Path, drains: Iterable[Drained], recording: Recording) -
 
 def _empty(run: Run) -> Chunk:
     """No records, up to the run's end so far."""
-    return Chunk(**{name: np.empty(0, dtype)
-                    for name, dtype in drained_dtypes(len(run.counters)).items()},
-                 end_ns=run.end_ns)
+    return Chunk(**vars(Records.empty(len(run.counters))), end_ns=run.end_ns)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.capture.events import Backend, Kind
-from profinfer_perfetto.capture.ggml import GgmlInfo
 from profinfer_perfetto.model.lookup import last_descriptor
 
 

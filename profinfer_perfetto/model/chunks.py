@@ -12,27 +12,20 @@ changed) are carried from chunk to chunk, the latest one per tensor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from profinfer_perfetto.capture.events import NODE, Kind
-from profinfer_perfetto.capture.recorder import Drained, drained_dtypes
+from profinfer_perfetto.capture.run import Drained, Records, drained_dtypes
 
 
 @dataclass
-class Chunk:
-    """The records of a run's stretch up to `end_ns` (excluded)."""
+class Chunk(Records):
+    """The records of a run's stretch up to `end_ns` (excluded); its node descriptors with the
+    latest earlier one of each tensor before them."""
 
-    events: np.ndarray
-    nodes: np.ndarray
-    """Its node descriptors, with the latest earlier one of each tensor before them."""
-    routes: np.ndarray
-    batches: np.ndarray
-    sched: np.ndarray
-    end_ns: int
-
-
+    end_ns: int = field(kw_only=True)
 
 
 class Chunker:
@@ -92,8 +85,7 @@ class Chunker:
             self.pending[name] = records[~before]
         nodes = np.concatenate([self.carried, taken["nodes"]])
         self.carried = _latest_per_tensor(nodes)
-        return Chunk(taken["events"], nodes, taken["routes"], taken["batches"], taken["sched"],
-                     end_ns)
+        return Chunk(**(taken | {"nodes": nodes}), end_ns=end_ns)
 
 
 def _latest_per_tensor(nodes: np.ndarray) -> np.ndarray:

@@ -17,24 +17,38 @@ import numpy as np
 import numpy.typing as npt
 
 from profinfer_perfetto import __version__
-from profinfer_perfetto.capture.sched import Scheduling
+from profinfer_perfetto.capture.run import Scheduling
 from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.backends import backend_name
 from profinfer_perfetto.model.names import (
+    BUILD_ID_ARG,
     CPU_ARG,
     GENERATE_SLICE,
+    GRAPH_ARGS,
     INNER_WAIT_SLICE,
+    NODE_ARG,
+    NODE_ARGS,
     PEAK_ARGS,
     PEAK_SLICE,
     PROMPT_SLICE,
+    RECORD_ARGS,
     RECORD_SLICE,
     RECORDING_TRACK,
+    ROUTING_ARGS,
+    SCHED_ARGS,
     SEQ_ARGS,
     SEQUENCE_TRACK,
+    STEP_ARGS,
+    TOKENS_TRACK,
     WAIT_SLICE,
     counted_arg,
+    counter_track,
+    experts_track,
     graph_slice,
+    note_arg,
     probe_args,
+    src_arg,
+    work_track,
 )
 from profinfer_perfetto.model.trace_model import Ops, Routing, TraceModel, step_batches
 from profinfer_perfetto.model.work import op_work, role
@@ -135,23 +149,24 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     if fused >= 0:
         more_flops, more_bytes = op_work(ggml, rec)
         flops, nbytes = flops + more_flops, nbytes + more_bytes
-    args: list[tuple[str, ArgValue]] = [
-        ("op", base_op),
-        ("tensor", tensor),
-        ("role", role(tensor, base_op)),
-        ("layer", int(model.nodes.layer[fused if fused >= 0 else node])),
-        ("dtype", ggml.type_name(int(rec["type"]))),
-        ("src0_dtype", ggml.type_name(int(model.nodes.raw[node]["src"][0]["type"]))),
-        ("shape", _shape(rec["ne"])),
-        ("flops", flops),
-        ("bytes", nbytes),
-    ]
+    *named, subop_arg = NODE_ARGS
+    args: list[tuple[str, ArgValue]] = list(zip(named, (
+        base_op,
+        tensor,
+        role(tensor, base_op),
+        int(model.nodes.layer[fused if fused >= 0 else node]),
+        ggml.type_name(int(rec["type"])),
+        ggml.type_name(int(model.nodes.raw[node]["src"][0]["type"])),
+        _shape(rec["ne"]),
+        flops,
+        nbytes,
+    ), strict=True))
     sub = ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
     if sub and fused < 0:
-        args.append(("subop", sub))
+        args.append((subop_arg, sub))
     for i, src in enumerate(model.nodes.raw[node]["src"]):
         if src["ptr"]:
-            args.append((f"src{i}", f"{ggml.type_name(int(src['type']))} {_shape(src['ne'])}"))
+            args.append((src_arg(i), f"{ggml.type_name(int(src['type']))} {_shape(src['ne'])}"))
     return tuple(args)
 
 
@@ -177,14 +192,15 @@ def _routing_args(routing: Routing) -> list[tuple[str, ArgValue]]:
     """A Mixture-of-Experts op's routing: `experts` lists each token's experts (comma
     separated, tokens separated by spaces, in batch order); what the probe cut, if anything."""
     ids = routing.ids
+    experts_arg, tokens_arg, per_token_arg, cut_arg = ROUTING_ARGS
     args: list[tuple[str, ArgValue]] = [
-        ("experts", _experts_text(routing)),
-        ("routed_tokens", routing.n_tokens),
-        ("experts_per_token", routing.n_used),
+        (experts_arg, _experts_text(routing)),
+        (tokens_arg, routing.n_tokens),
+        (per_token_arg, routing.n_used),
     ]
     if ids.shape != (routing.n_tokens, routing.n_used):
-        args.append(("routing_cut", f"experts of {ids.shape[0]} of {routing.n_tokens} tokens, "
-                                    f"{ids.shape[1]} of {routing.n_used} per token"))
+        args.append((cut_arg, f"experts of {ids.shape[0]} of {routing.n_tokens} tokens, "
+                              f"{ids.shape[1]} of {routing.n_used} per token"))
     return args
 
 
@@ -354,14 +370,15 @@ class _LayoutBuilder:
     def token_steps(self, thread: dict[int, int]) -> None:
         tok = self.model.tokens
         names, args = [], []
+        phase_arg, tokens_arg, sequences_arg, pos_arg, step_arg, complete_arg = STEP_ARGS
         for i, (b, complete) in enumerate(
             zip(step_batches(self.model), tok.complete.tolist(), strict=True)
         ):
             names.append(self.strings(b.phase))
             args.append(self.arg_set((
-                ("phase", b.phase), ("n_tokens", b.n_tokens), ("sequences", b.sequences),
-                *([] if b.pos is None else [("pos", b.pos)]),
-                ("step", self.model.cont.first_step + i), ("complete", complete))))
+                (phase_arg, b.phase), (tokens_arg, b.n_tokens), (sequences_arg, b.sequences),
+                *([] if b.pos is None else [(pos_arg, b.pos)]),
+                (step_arg, self.model.cont.first_step + i), (complete_arg, complete))))
         tracks = [thread[t] for t in tok.tid.tolist()]
         self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
 
@@ -372,11 +389,9 @@ class _LayoutBuilder:
         step = [s if s < 0 else first_step + s for s in model.tokens.containing(gr.begin).tolist()]
         backends = [backend_name(model.run.ggml, b) for b in gr.aux.tolist()]
         args = np.array([
-            self.arg_set((("graph", first_graph + i), ("backend", backends[i]),
-                          ("token_step", step[i]),
-                          ("n_nodes", int(gr.arg1[i] & 0xFFFFFFFF)),
-                          ("n_threads", int(gr.arg1[i] >> 32)),
-                          ("complete", bool(gr.complete[i]))))
+            self.arg_set(tuple(zip(GRAPH_ARGS, (
+                first_graph + i, backends[i], step[i], int(gr.arg1[i] & 0xFFFFFFFF),
+                int(gr.arg1[i] >> 32), bool(gr.complete[i])), strict=True)))
             for i in range(len(gr))
         ], np.int64)
         shown = {(t, i) for i, t in enumerate(gr.tid.tolist())}
@@ -421,7 +436,7 @@ class _LayoutBuilder:
             routing_args = tuple(_routing_args(model.routing[int(node[i])]))
             args[i] = self.arg_set(self.tables.arg_sets[args[i]] + routing_args)
         index, at = np.unique(nodes.index[node], return_inverse=True)
-        shares = np.array([self.arg_set((("node", i),)) for i in index.tolist()],
+        shares = np.array([self.arg_set(((NODE_ARG, i),)) for i in index.tolist()],
                           np.int64)[at.reshape(-1)]
         name = names[which]
         arg = shares[which]
@@ -487,7 +502,7 @@ class _LayoutBuilder:
                 by_layer.setdefault(layer, []).append(node)
         for layer, nodes in sorted(by_layer.items()):
             track = self.track(Track((4 << 32) | (layer & 0xFFFFFFFF), TrackKind.GLOBAL,
-                                     f"experts layer {layer}", parent=1))
+                                     experts_track(layer), parent=1))
             self.rows.slices(track, np.array([span[n][0] for n in nodes]),
                              np.array([span[n][1] for n in nodes]), 0,
                              [self.strings(_experts_name(model.routing[n])) for n in nodes])
@@ -517,14 +532,14 @@ class _LayoutBuilder:
         n_tokens = tok.arg0.astype(np.int64)
         done = tok.complete & (n_tokens > 0)
         seconds = np.maximum(tok.end - tok.begin, 1)[done] / 1e9
-        track = self.track(Track(2, TrackKind.COUNTER, "tokens/s", parent=1, unit="tokens/s"))
+        track = self.track(Track(2, TrackKind.COUNTER, TOKENS_TRACK, parent=1, unit="tokens/s"))
         self.rows.add(tok.end[done], EventType.COUNTER, track, value=n_tokens[done] / seconds)
 
     def aggregate_counters(self) -> None:
         """With --aggregate: each op type's summed work, a counter track in ms."""
         for op, samples in sorted(op_type_series(self.model).items()):
             track = self.track(Track(self._next_counter_uuid(), TrackKind.COUNTER,
-                                     f"{op} work ms", parent=1, unit="ms"))
+                                     work_track(op), parent=1, unit="ms"))
             ts, work = zip(*samples, strict=True)
             self.rows.add(list(ts), EventType.COUNTER, track,
                           value=np.array(work, np.float64) / 1e6)
@@ -588,7 +603,8 @@ class _LayoutBuilder:
             sel = np.flatnonzero(ops.tid == tid)
             for c, counter in enumerate(model.run.counters):
                 track = self.track(Track((2 << 32) | (tid << 4) | c, TrackKind.COUNTER,
-                                         f"{counter} {tid}", parent=1, tid=tid, unit="count"))
+                                         counter_track(counter, tid), parent=1, tid=tid,
+                                         unit="count"))
                 delta = np.maximum(ops.counter_delta[sel, c], 0)
                 after = model.cont.counter_totals.get((tid, c), 0) + np.cumsum(delta)
                 for rows, sampled in ((op_begin[sel], after - delta), (op_end[sel], after)):
@@ -603,27 +619,31 @@ def build_layout(model: TraceModel, tables: Tables | None = None) -> Layout:
 
 
 def _recording_args(model: TraceModel) -> Args:
+    run = model.run
+    values: tuple[ArgValue, ...] = (
+        run.status,
+        run.complete,
+        model.cont.events + model.event_count,
+        run.lost_events,
+        run.lost_nodes,
+        model.cont.dropped_ops + model.dropped_ops,
+        round(run.recorder_cpu_s * 1000),
+        f"profinfer-perfetto {__version__}",
+        run.ggml.version,
+        run.ggml.commit,
+        run.ggml.build_id,
+        ",".join(run.counters),
+        " ".join(run.cmdline),
+    )
     args: list[tuple[str, ArgValue]] = [
-        ("status", model.run.status),
-        ("complete", model.run.complete),
-        ("events", model.cont.events + model.event_count),
-        ("events_lost", model.run.lost_events),
-        ("nodes_lost", model.run.lost_nodes),
-        ("ops_dropped", model.cont.dropped_ops + model.dropped_ops),
-        ("recorder_cpu_ms", round(model.run.recorder_cpu_s * 1000)),
-        ("tool", f"profinfer-perfetto {__version__}"),
-        ("ggml_version", model.run.ggml.version),
-        ("ggml_commit", model.run.ggml.commit),
-        *([("ggml_build_id", model.run.ggml.build_id)] if model.run.ggml.build_id else []),
-        ("counters", ",".join(model.run.counters)),
-        ("command", " ".join(model.run.cmdline)),
-    ]
-    if model.run.sched_cpus is not None:
-        args += [("sched_cpus", ",".join(map(str, model.run.sched_cpus))),
-                 ("sched_records", model.sched_records), ("sched_lost", model.run.sched_lost)]
+        (name, value) for name, value in zip(RECORD_ARGS, values, strict=True)
+        if name != BUILD_ID_ARG or value]
+    if run.sched_cpus is not None:
+        args += zip(SCHED_ARGS, (",".join(map(str, run.sched_cpus)), model.sched_records,
+                                 run.sched_lost), strict=True)
     args += [(counted_arg(name), round(share, 4)) for name, share in model.run.counted.items()]
     for fn, cost in sorted(model.run.probe_costs.items()):
         runs, ns_per_run = probe_args(fn)
         args += [(runs, cost.runs), (ns_per_run, round(cost.ns / cost.runs))]
-    args += [(f"note{i}", note) for i, note in enumerate(model.run.notes)]
+    args += [(note_arg(i), note) for i, note in enumerate(model.run.notes)]
     return tuple(args)

@@ -37,12 +37,61 @@ is computed alike in graph after graph; its description repeated on every one wa
 trace's bytes)."""
 CPU_ARG = "cpu"
 """With --sched: an op slice's arg, the CPU its thread began the op on."""
+NODE_ARG = "node"
+"""An op slice's arg: its node's position in the graph."""
+NODE_ARGS = ("op", "tensor", "role", "layer", "dtype", "src0_dtype", "shape", "flops", "bytes",
+             "subop")
+"""A node's description: its op, tensor, role, layer, type, first source's type, shape, work
+(flops, bytes) and, for UNARY and GLU, its sub-op; then a `src_arg` per source."""
+ROUTING_ARGS = ("experts", "routed_tokens", "experts_per_token", "routing_cut")
+"""A Mixture-of-Experts op's description also has its routing: each token's experts, the
+tokens, the experts per token and, where the probe cut the list, what it kept."""
+PHASES = ("prefill", "decode", "mixed", "encode")
+"""The names of token step slices, by what the step computed (model/trace_model.token_phase)."""
+STEP_ARGS = ("phase", "n_tokens", "sequences", "pos", "step", "complete")
+"""A token step slice's args (named by its phase, PHASES): `pos` only where the batch says it."""
+GRAPH_ARGS = ("graph", "backend", "token_step", "n_nodes", "n_threads", "complete")
+"""A graph slice's args."""
+BUILD_ID_ARG = "ggml_build_id"
+RECORD_ARGS = ("status", "complete", "events", "events_lost", "nodes_lost", "ops_dropped",
+               "recorder_cpu_ms", "tool", "ggml_version", "ggml_commit", BUILD_ID_ARG,
+               "counters", "command")
+"""The record slice's args (BUILD_ID_ARG only where the build has one); then SCHED_ARGS with
+--sched, `counted_arg`s, `probe_args` and a `note_arg` per note."""
+SCHED_ARGS = ("sched_cpus", "sched_records", "sched_lost")
+TOKENS_TRACK = "tokens/s"
+"""The counter track of each complete step's tokens per second."""
 
 ARG_KEY_PREFIX = "debug."
 COUNTER_ARG_PREFIX = "counter_"
 PROBE_ARG_PREFIX = "probe_"
 
 _FLATTENED = str.maketrans({".": "_", "[": "_", "]": "_"})
+
+
+def src_arg(index: int) -> str:
+    """A node description's arg: the type and shape of its source `index`."""
+    return f"src{index}"
+
+
+def note_arg(index: int) -> str:
+    """The record slice's arg: a note of the run."""
+    return f"note{index}"
+
+
+def work_track(op: str) -> str:
+    """With --aggregate: the counter track of an op type's summed work, in ms."""
+    return f"{op} work ms"
+
+
+def experts_track(layer: int) -> str:
+    """The track of a layer's Mixture-of-Experts routing slices."""
+    return f"experts layer {layer}"
+
+
+def counter_track(counter: str, tid: int) -> str:
+    """The counter track of a perf counter's running total on one thread."""
+    return f"{counter} {tid}"
 
 
 def graph_slice(backend: str) -> str:

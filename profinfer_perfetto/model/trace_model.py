@@ -30,10 +30,10 @@ from profinfer_perfetto.capture.events import (
     Kind,
     TokenEntry,
 )
-from profinfer_perfetto.capture.recorder import Recording, Run
-from profinfer_perfetto.capture.sched import Scheduling
+from profinfer_perfetto.capture.run import Recording, Run, Scheduling
 from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.lookup import last_descriptor, latest
+from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
@@ -343,14 +343,40 @@ def _inner_waits(events: np.ndarray, ops: Ops) -> np.ndarray:
 
 def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     """The model of a recording (of a whole run, or of a chunk that continues `cont`)."""
-    events = recording.events
+    run, events = recording.run, recording.events
     order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
-    events, uncut = blas_ops(events[order], recording.nodes, recording.run.ggml)
-    tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, recording.run.end_ns)
-    graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, recording.run.end_ns)
+    events, uncut = blas_ops(events[order], recording.nodes, run.ggml)
+    tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, run.end_ns)
+    graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, run.end_ns)
+    nodes, auto = _nodes(events, recording.nodes, graphs)
+    ops, dropped = _ops(events, graphs, nodes, len(run.counters))
+    edges = _edges(nodes, _fused_second(nodes, ops))
+    _inherit_layers(nodes, auto, edges)
+    return TraceModel(
+        run=run,
+        tokens=tokens,
+        graphs=graphs,
+        nodes=nodes,
+        ops=ops,
+        edges=edges,
+        event_count=len(recording.events),
+        op_stats=recording.op_stats,
+        descriptors=recording.nodes,
+        dropped_ops=dropped + uncut,
+        routing=_routing(recording.routes, nodes, ops,
+                         {run.ggml.op_id(op) for op in MOE_OPS} - {-1}),
+        sched=recording.scheduling,
+        step_runs=_step_runs(recording.batches, tokens),
+        cont=cont or Continuation(),
+        inner_waits=_inner_waits(events, ops),
+    )
 
-    # A graph's nodes, in the order its calling thread (ith 0) ran them, each with the last
-    # descriptor sent for its tensor (the probes describe a tensor again only when it changed).
+
+def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans
+           ) -> tuple[Nodes, np.ndarray]:
+    """A graph's nodes, in the order its calling thread (ith 0) ran them, each with the last
+    descriptor sent for its tensor (the probes describe a tensor again only when it changed);
+    and which of them ggml named itself."""
     executed = events[(events["kind"] == Kind.OP_BEGIN) & (events["ith"] == 0)]
     executed = executed[np.argsort(executed["ts"], kind="stable")]
     second = executed["arg1"] != 0
@@ -358,65 +384,41 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     at = np.repeat(executed["ts"], 2)
     keep = ptrs != 0
     ptrs, at = ptrs[keep], at[keep]
-    described = last_descriptor(recording.nodes, ptrs, at)
+    described = last_descriptor(descriptors, ptrs, at)
     node_graph = graphs.containing(at)
     ok = (described >= 0) & (node_graph >= 0)
-    raw = recording.nodes[described[ok]]  # a copy (fancy indexing), its ts set below
+    raw = descriptors[described[ok]]  # a copy (fancy indexing), its ts set below
     described_at = raw["ts"].copy()
     raw["ts"] = at[ok]
     node_graph = node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     named = [_named(n) for n in raw["name"].tolist()]
-    names = [name for name, _, _ in named]
     nodes = Nodes(
         graph=node_graph,
         index=np.arange(len(raw)) - first_of_graph,
         raw=raw,
         described_at=described_at,
-        names=names,
+        names=[name for name, _, _ in named],
         layer=np.array([layer for _, layer, _ in named], np.int64),
     )
-    auto = np.array([automatic for _, _, automatic in named], bool)
+    return nodes, np.array([automatic for _, _, automatic in named], bool)
 
-    # Ops: each op begin, and the barriers its thread entered before its next op (an op the
-    # --ops filter left out counts as a next op, and is dropped afterwards).
+
+def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tuple[Ops, int]:
+    """Ops: each op begin, and the barriers its thread entered before its next op (an op the
+    --ops filter left out counts as a next op, and is dropped afterwards), by thread and time;
+    and the op begins dropped (outside any graph, or of a node not described)."""
     kinds = events["kind"]
     work = events[(kinds == Kind.OP_BEGIN) | (kinds == Kind.BARRIER) | (kinds == Kind.OP_SKIP)]
     work_graph = graphs.containing(work["ts"])
     dropped = int(np.count_nonzero((work_graph < 0) & (work["kind"] == Kind.OP_BEGIN)))
     work, work_graph = work[work_graph >= 0], work_graph[work_graph >= 0]
-    is_begin = work["kind"] != Kind.BARRIER
-    owner = _latest_begin(is_begin)
-    same = (owner >= 0) & (work["tid"] == work["tid"][np.maximum(owner, 0)])
-    same &= work_graph == work_graph[np.maximum(owner, 0)]
-    begin_rows = np.flatnonzero(is_begin)
-    op_of_row = np.cumsum(is_begin) - 1
-    n_ops = len(begin_rows)
-    last_barrier = np.full(n_ops, -1, np.int64)
-    barrier_rows = np.flatnonzero(~is_begin & same)
-    np.maximum.at(last_barrier, op_of_row[barrier_rows], barrier_rows)
-
-    b = work[begin_rows]
-    g = work_graph[begin_rows]
-    graph_end = graphs.end[g]
-    nxt = np.append(begin_rows[1:], -1)[:n_ops]
-    nxt_row = np.maximum(nxt, 0)
-    next_same = (nxt >= 0) & (work["tid"][nxt_row] == b["tid"]) & (work_graph[nxt_row] == g)
-    end = np.where(next_same, work["ts"][nxt_row], graph_end)
-    end = np.minimum(end, graph_end)
+    begin_rows, last_barrier = _op_rows(work, work_graph)
+    b, g = work[begin_rows], work_graph[begin_rows]
+    end, work_end = _op_ends(work, work_graph, begin_rows, last_barrier, graphs.end[g])
     has_barrier = last_barrier >= 0
-    work_end = np.where(has_barrier, work["ts"][np.maximum(last_barrier, 0)], end)
-    work_end = np.minimum(work_end, end)
-
-    counters = len(recording.run.counters)
     after = work[np.where(has_barrier, last_barrier, begin_rows)]
-    usable = (after["cpu"] == b["cpu"]) & has_barrier
-    delta = np.full((n_ops, counters), -1, np.int64)
-    for c in range(counters):
-        v0, v1 = b["counter"][:, c], after["counter"][:, c]
-        ok = usable & (v0 < _INVALID_COUNTER) & (v1 < _INVALID_COUNTER) & (v1 >= v0)
-        delta[ok, c] = (v1[ok] - v0[ok]).astype(np.int64)
-
+    delta = _counter_deltas(b, after, has_barrier, counters)
     node = _node_lookup(nodes, g, b["arg0"])
     fused = np.where(b["arg1"] != 0, _node_lookup(nodes, g, b["arg1"]), -1)
     traced = b["kind"] == Kind.OP_BEGIN
@@ -435,49 +437,80 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     )
     op_order = np.lexsort((ops.begin, ops.tid))
     ops = Ops(**{k: v[op_order] for k, v in vars(ops).items()})
+    return ops, dropped + int(np.count_nonzero(~known & traced))
 
+
+def _op_rows(work: np.ndarray, work_graph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `work` (op begins and barriers, by thread and time) that begin ops, and the
+    row of each op's last barrier on its thread in its graph (-1: none)."""
+    is_begin = work["kind"] != Kind.BARRIER
+    owner = _latest_begin(is_begin)
+    same = (owner >= 0) & (work["tid"] == work["tid"][np.maximum(owner, 0)])
+    same &= work_graph == work_graph[np.maximum(owner, 0)]
+    begin_rows = np.flatnonzero(is_begin)
+    op_of_row = np.cumsum(is_begin) - 1
+    last_barrier = np.full(len(begin_rows), -1, np.int64)
+    barrier_rows = np.flatnonzero(~is_begin & same)
+    np.maximum.at(last_barrier, op_of_row[barrier_rows], barrier_rows)
+    return begin_rows, last_barrier
+
+
+def _op_ends(work: np.ndarray, work_graph: np.ndarray, begin_rows: np.ndarray,
+             last_barrier: np.ndarray, graph_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's end (its thread's next op in the graph, or the graph's end) and the end of its
+    work (its last barrier, or its end)."""
+    g = work_graph[begin_rows]
+    nxt = np.append(begin_rows[1:], -1)[:len(begin_rows)]
+    nxt_row = np.maximum(nxt, 0)
+    next_same = ((nxt >= 0) & (work["tid"][nxt_row] == work["tid"][begin_rows])
+                 & (work_graph[nxt_row] == g))
+    end = np.where(next_same, work["ts"][nxt_row], graph_end)
+    end = np.minimum(end, graph_end)
+    has_barrier = last_barrier >= 0
+    work_end = np.where(has_barrier, work["ts"][np.maximum(last_barrier, 0)], end)
+    return end, np.minimum(work_end, end)
+
+
+def _counter_deltas(begins: np.ndarray, after: np.ndarray, has_barrier: np.ndarray,
+                    counters: int) -> np.ndarray:
+    """(ops, counters): each counter's count from an op's begin to its last barrier, where both
+    were read on one CPU (-1: not known)."""
+    usable = (after["cpu"] == begins["cpu"]) & has_barrier
+    delta = np.full((len(begins), counters), -1, np.int64)
+    for c in range(counters):
+        v0, v1 = begins["counter"][:, c], after["counter"][:, c]
+        ok = usable & (v0 < _INVALID_COUNTER) & (v1 < _INVALID_COUNTER) & (v1 >= v0)
+        delta[ok, c] = (v1[ok] - v0[ok]).astype(np.int64)
+    return delta
+
+
+def _fused_second(nodes: Nodes, ops: Ops) -> np.ndarray:
+    """Per node, the second node of the fused pair it begins (-1: none)."""
     fused_second = np.full(len(nodes), -1, np.int64)
     pairs = ops.fused >= 0
     fused_second[ops.node[pairs]] = ops.fused[pairs]
-    edges = _edges(nodes, fused_second)
-    # An unnamed node takes the layer of its first consumer that has one (consumers come after
-    # their producers, so theirs are still their own).
+    return fused_second
+
+
+def _inherit_layers(nodes: Nodes, auto: np.ndarray, edges: np.ndarray) -> None:
+    """An unnamed node takes the layer of its first consumer that has one (consumers come after
+    their producers, so theirs are still their own)."""
     producer, consumer = edges[:, 0], edges[:, 1]
     takes = auto[producer] & (nodes.layer[producer] < 0) & (nodes.layer[consumer] >= 0)
     unnamed, first = np.unique(producer[takes], return_index=True)
     nodes.layer[unnamed] = nodes.layer[consumer[takes][first]]
-    return TraceModel(
-        run=recording.run,
-        tokens=tokens,
-        graphs=graphs,
-        nodes=nodes,
-        ops=ops,
-        edges=edges,
-        event_count=len(recording.events),
-        op_stats=recording.op_stats,
-        descriptors=recording.nodes,
-        dropped_ops=dropped + uncut + int(np.count_nonzero(~known & traced)),
-        routing=_routing(recording.routes, nodes, ops,
-                         {recording.run.ggml.op_id(op) for op in MOE_OPS} - {-1}),
-        sched=recording.sched,
-        step_runs=_step_runs(recording.batches, tokens),
-        cont=cont or Continuation(),
-        inner_waits=_inner_waits(events, ops),
-    )
-
-
-PHASES = ("prefill", "decode", "mixed", "encode")
 
 
 def token_phase(n_tokens: int, entry: int, sequences: int = 1) -> str:
     """How a token step is named: encode; decode (one token of each sequence in the batch);
     prefill (several tokens of one sequence); mixed (several sequences, not one token each: a
     server's prompt beside another sequence's decode)."""
+    prefill, decode, mixed, encode = PHASES
     if entry == TokenEntry.ENCODE:
-        return "encode"
+        return encode
     if n_tokens <= 1 or sequences == n_tokens:
-        return "decode"
-    return "prefill" if sequences <= 1 else "mixed"
+        return decode
+    return prefill if sequences <= 1 else mixed
 
 
 @dataclass(frozen=True)

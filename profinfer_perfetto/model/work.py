@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from profinfer_perfetto.capture.ggml import GgmlInfo
+from profinfer_perfetto.analysis.ggml import GgmlInfo
 
 _SUFFIX = re.compile(r"(?: \(.*\))+$")
 _LAYER = re.compile(r"(?:-\d+|_l\d+)$")

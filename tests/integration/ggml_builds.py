@@ -1,12 +1,12 @@
 """What four llama.cpp builds (vendored by llama-cpp-python 0.3.2, 0.3.14, 0.3.19, 0.3.36) are,
 as compiled `offsetof` and `ggml_op_name` & co (through ctypes, outside the profiler) gave them
-when the builds were made: only a cross-check of what capture/ggml.py derives from their code."""
+when the builds were made: only a cross-check of what analysis/ggml.py derives from their code."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profinfer_perfetto.capture.ggml import RuntimeLayout, TensorLayout
+from profinfer_perfetto.analysis.ggml import RuntimeLayout, TensorLayout
 
 
 @dataclass(frozen=True)

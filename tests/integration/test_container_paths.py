@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.target import objects_of_process
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.target import objects_of_process
 
 pytestmark = pytest.mark.root
 

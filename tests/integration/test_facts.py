@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.ggml import GgmlInfo, read_ggml_info
 from scripts.assets import CACHE, LLAMA_CPP_PYTHON_VERSION, OTHER_BUILDS, bin_dir
 from tests.integration.ggml_builds import BUILDS, Build
 

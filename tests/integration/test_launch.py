@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.capture.target import FUSED_SYMBOL, OP_SYMBOL
+from profinfer_perfetto.analysis.target import FUSED_SYMBOL, OP_SYMBOL
 from scripts import assets
 from tests import trace_reader
 from tests.conftest import Cli

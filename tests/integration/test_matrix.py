@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.target import FUSED_SYMBOL, LOCAL_OP_SYMBOL, OP_SYMBOL
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.target import FUSED_SYMBOL, LOCAL_OP_SYMBOL, OP_SYMBOL
 from scripts.assets import OLD_VERSION, VERSIONS, model
 from tests import trace_reader
 from tests.conftest import Cli

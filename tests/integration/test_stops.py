@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.capture import target
+from profinfer_perfetto.analysis import target
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.watch import process_state
 from tests import trace_reader

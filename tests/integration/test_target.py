@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.capture import arm64, x86
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import read_ggml_info
-from profinfer_perfetto.capture.target import objects_of_command, plan_probes
+from profinfer_perfetto.analysis import arm64, x86
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.ggml import read_ggml_info
+from profinfer_perfetto.analysis.target import objects_of_command, plan_probes
 from profinfer_perfetto.errors import ProfinferError
 from scripts.assets import CACHE
 

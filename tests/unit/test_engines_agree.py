@@ -24,7 +24,7 @@ import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
 from profinfer_perfetto.capture.events import OP_STATS
-from profinfer_perfetto.capture.recorder import Recording
+from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from profinfer_perfetto.capture import x86
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import GgmlInfo, RuntimeLayout, TensorLayout, read_ggml_info
-from profinfer_perfetto.capture.target import plan_probes
+from profinfer_perfetto.analysis import x86
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.ggml import GgmlInfo, RuntimeLayout, TensorLayout, read_ggml_info
+from profinfer_perfetto.analysis.target import plan_probes
 from profinfer_perfetto.errors import ProfinferError
 from tests.conftest import Cli
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profinfer_perfetto.capture import elf
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.target import plan_probes
+from profinfer_perfetto.analysis import elf
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.target import plan_probes
 from profinfer_perfetto.errors import ProfinferError
 
 SEED = Path("/bin/true").read_bytes()

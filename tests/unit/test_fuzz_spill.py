@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profinfer_perfetto.capture.recorder import drained_dtypes
+from profinfer_perfetto.capture.run import drained_dtypes
 from profinfer_perfetto.capture.spill import INDEX_FILE, RUN_FILE, Spill, read_drains, spill_path
 from profinfer_perfetto.commands.recover import RecoverCommand
 from profinfer_perfetto.errors import ProfinferError

@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 
 from profinfer_perfetto.capture.events import Backend, Kind
-from profinfer_perfetto.capture.recorder import Recording
+from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.check import report
 from profinfer_perfetto.check.graph import (
     CHANGED,

@@ -6,11 +6,11 @@ recording the query goldens use (it has ops the synthetic one lacks, such as a s
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 from profinfer_perfetto.model.layout import Layout, build_layout
 from profinfer_perfetto.model.names import ARG_KEY_PREFIX, COUNTER_ARG_PREFIX, DESC_ARG, arg_key
 from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.query.package import FOLDER
 from tests import synthetic, trace_reader
 from tests.unit.test_query import TRACE
 
@@ -30,8 +30,8 @@ def _recorded_args() -> set[str]:
 
 
 def _sql() -> dict[str, str]:
-    folder = resources.files("profinfer_perfetto.query").joinpath("sql")
-    return {f.name: f.read_text() for f in folder.iterdir() if f.name.endswith(".sql")}
+    """The profinfer package's modules, by file name."""
+    return {str(f.relative_to(FOLDER)): f.read_text() for f in FOLDER.rglob("*.sql")}
 
 
 def test_written_arg_names_keep_their_name_on_trace_processor() -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.analysis.target import Probe, ProbePlan
 from profinfer_perfetto.capture.recorder import _probes
 from profinfer_perfetto.capture.selection import Selection
-from profinfer_perfetto.capture.target import Probe, ProbePlan
 from profinfer_perfetto.errors import ProfinferError
 from tests.synthetic import GGML
 

@@ -16,13 +16,8 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture import spill as spill_module
-from profinfer_perfetto.capture.recorder import (
-    Drained,
-    Recording,
-    RecordRequest,
-    Run,
-    drained_dtypes,
-)
+from profinfer_perfetto.capture.recorder import RecordRequest
+from profinfer_perfetto.capture.run import Drained, Recording, Run, drained_dtypes
 from profinfer_perfetto.capture.spill import (
     INDEX_FILE,
     RUN_FILE,

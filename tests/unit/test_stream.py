@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.events import SCHED
-from profinfer_perfetto.capture.recorder import Drained, Recording
+from profinfer_perfetto.capture.run import Drained, Recording
 from profinfer_perfetto.capture.spill import (
     INDEX_FILE,
     RUN_FILE,

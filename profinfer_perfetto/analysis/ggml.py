@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
-from profinfer_perfetto.capture import dataflow
-from profinfer_perfetto.capture.code import arch_of, function_code
-from profinfer_perfetto.capture.dataflow import RETURNED, Access, Kind, arg
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.isa import Arch, Insn
+from profinfer_perfetto.analysis import dataflow
+from profinfer_perfetto.analysis.code import arch_of, function_code
+from profinfer_perfetto.analysis.dataflow import RETURNED, Access, Kind, arg
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.isa import Arch, Insn
 from profinfer_perfetto.errors import ProfinferError
 
 _OBJECT_SIZE = 32

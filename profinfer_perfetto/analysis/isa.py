@@ -1,8 +1,8 @@
 """Machine code as this project reads it, whatever the architecture: a few effects per instruction.
 
-Capstone decodes x86-64 and AArch64 (capture/x86.py, capture/arm64.py); each decoder says what an
+Capstone decodes x86-64 and AArch64 (analysis/x86.py, analysis/arm64.py); each decoder says what an
 instruction does to registers and memory in the small vocabulary below, so that one evaluator
-(capture/dataflow.py) finds the field offsets and constants in ggml's accessors for both, and for
+(analysis/dataflow.py) finds the field offsets and constants in ggml's accessors for both, and for
 gcc's and clang's code alike (clang merges stores and passes values through other registers).
 Nothing here runs code: it is read as bytes.
 """

@@ -3,7 +3,7 @@
 A uprobe is placed at a file offset. Exported functions come from `.dynsym` (kept when a
 library is stripped), static ones from `.symtab` when present. Function bounds come from
 `.eh_frame` (binutils' `objdump --dwarf=frames` reads them), so call sites are found in stripped
-libraries too (capture/code.py).
+libraries too (analysis/code.py).
 
 The file may be controlled by the target (a process in a container, under `record --pid`): it is
 read once, and only if it is a regular file of at most MAX_FILE_BYTES (never a FIFO or

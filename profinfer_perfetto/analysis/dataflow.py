@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from profinfer_perfetto.capture.isa import (
+from profinfer_perfetto.analysis.isa import (
     Addr,
     Arch,
     Bin,

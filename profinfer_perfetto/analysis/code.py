@@ -1,6 +1,6 @@
 """A function's code in an ELF file, decoded for the file's architecture, and the calls in it.
 
-x86-64 and AArch64 are read (capture/x86.py, capture/arm64.py); any other machine is refused in
+x86-64 and AArch64 are read (analysis/x86.py, analysis/arm64.py); any other machine is refused in
 one sentence. A function that ends by jumping to another (clang's tail call: `ggml_add` is
 `xor %ecx,%ecx; jmp ggml_add_impl`) is read on into the function it jumps to, with the
 registers as they were: the facts are in the callee.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import bisect
 import platform
 
-from profinfer_perfetto.capture import arm64, dataflow, x86
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.isa import Arch, Flow, Insn
+from profinfer_perfetto.analysis import arm64, dataflow, x86
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.isa import Arch, Flow, Insn
 from profinfer_perfetto.errors import ProfinferError
 
 EM_X86_64 = 62

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from profinfer_perfetto.capture.code import arch_of, call_sites, inner_calls
-from profinfer_perfetto.capture.elf import ElfFile
-from profinfer_perfetto.capture.ggml import GgmlInfo, read_ggml_info
-from profinfer_perfetto.capture.isa import Flow
+from profinfer_perfetto.analysis.code import arch_of, call_sites, inner_calls
+from profinfer_perfetto.analysis.elf import ElfFile
+from profinfer_perfetto.analysis.ggml import GgmlInfo, read_ggml_info
+from profinfer_perfetto.analysis.isa import Flow
 from profinfer_perfetto.errors import ProfinferError
 
 OP_SYMBOL = "ggml_cpu_extra_compute_forward"
@@ -248,6 +248,36 @@ def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list
     return probes
 
 
+def _op_entry(files: list[ElfFile], names: list[str]) -> tuple[str, ElfFile]:
+    """The op entry the probes trace and the file that defines it: the CPU backend's exported
+    one, or the older, local ggml_compute_forward beside ggml_graph_compute."""
+    op_file = _defining(files, OP_SYMBOL)
+    if op_file is not None:
+        return OP_SYMBOL, op_file
+    graph_file = _defining(files, GRAPH_SYMBOL)
+    if graph_file is not None and LOCAL_OP_SYMBOL in graph_file.symbols:
+        return LOCAL_OP_SYMBOL, graph_file
+    stripped = "" if graph_file is None or graph_file.has_symtab else (
+        f" and {graph_file.path.name} has no .symtab to find the older, local "
+        f"{LOCAL_OP_SYMBOL} in (a build from source keeps it)")
+    raise ProfinferError(f"{OP_SYMBOL} is not defined in {', '.join(names)}{stripped}: "
+                         "is this a ggml CPU build with symbols (not stripped of them)?")
+
+
+def _token_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:
+    """Each token step's begin and end, at the llama entries the target has."""
+    probes = []
+    for symbol, fn in TOKEN_SYMBOLS.items():
+        token_file = _defining(files, symbol)
+        if token_file is not None and fn == "process_begin" and not ggml.runtime.batch_ext_tokens:
+            notes.append("llama_process is there but llama_batch_ext's layout could not be read "
+                         "(no llama_batch_ext::set_token_id): its token steps are not traced")
+        elif token_file is not None:
+            probes.append(_entry(token_file, symbol, fn))
+            probes.append(_entry(token_file, symbol, "token_end", ret=True))
+    return probes
+
+
 def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
     """Find every probed function in the target's files (the calls of ggml_barrier inside ops
     only with `inner_waits`: finding them decodes some hundred functions); refuse if the
@@ -266,16 +296,7 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
             )
         return found
 
-    op_symbol, op_file = OP_SYMBOL, _defining(files, OP_SYMBOL)
-    graph_file = _defining(files, GRAPH_SYMBOL)
-    if op_file is None and graph_file is not None and LOCAL_OP_SYMBOL in graph_file.symbols:
-        op_symbol, op_file = LOCAL_OP_SYMBOL, graph_file
-    if op_file is None:
-        stripped = "" if graph_file is None or graph_file.has_symtab else (
-            f" and {graph_file.path.name} has no .symtab to find the older, local "
-            f"{LOCAL_OP_SYMBOL} in (a build from source keeps it)")
-        raise ProfinferError(f"{OP_SYMBOL} is not defined in {', '.join(names)}{stripped}: "
-                             "is this a ggml CPU build with symbols (not stripped of them)?")
+    op_symbol, op_file = _op_entry(files, names)
     graph_file = require(GRAPH_SYMBOL)
     ggml = read_ggml_info(files)
     sites = call_sites(op_file, op_symbol, (*BARRIER_SYMBOLS, FUSED_SYMBOL, op_symbol))
@@ -299,59 +320,8 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
     if not sites[FUSED_SYMBOL] and FUSED_SYMBOL in op_file.symbols:
         probes.append(_entry(op_file, FUSED_SYMBOL, "fused_op_begin"))
 
-    for symbol, fn in TOKEN_SYMBOLS.items():
-        token_file = _defining(files, symbol)
-        if token_file is not None and fn == "process_begin" and not ggml.runtime.batch_ext_tokens:
-            notes.append("llama_process is there but llama_batch_ext's layout could not be read "
-                         "(no llama_batch_ext::set_token_id): its token steps are not traced")
-        elif token_file is not None:
-            probes.append(_entry(token_file, symbol, fn))
-            probes.append(_entry(token_file, symbol, "token_end", ret=True))
+    probes += _token_probes(files, ggml, notes)
     probes += _blas_probes(files, ggml, notes)
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
         notes.append("no llama_decode in the target: no token steps, graphs only")
     return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name)
-
-
-def process_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return f"pid {pid}"
-
-
-def thread_name(pid: int, tid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-    except OSError:
-        return None
-
-
-def status_number(task: int | str, key: str) -> int:
-    """A number of /proc/TASK/status (`task`: an id, or "self"); 0 where it is not there."""
-    try:
-        status = Path(f"/proc/{task}/status").read_text()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith(f"{key}:"):
-            return int(line.split()[1])
-    return 0
-
-
-def process_cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

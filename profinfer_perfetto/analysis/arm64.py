@@ -1,4 +1,4 @@
-"""AArch64 machine code in the terms of capture/isa.py, and where its uprobes cost one trap.
+"""AArch64 machine code in the terms of analysis/isa.py, and where its uprobes cost one trap.
 
 Linux's arm64 uprobes simulate B, BL, B.cond, CBZ/CBNZ, TBZ/TBNZ, ADR/ADRP, BR/BLR/RET (one
 exception) and single-step everything else out of line (two exceptions), the usual `stp x29,
@@ -13,7 +13,7 @@ import capstone
 import numpy as np
 from capstone import arm64 as ca
 
-from profinfer_perfetto.capture.isa import (
+from profinfer_perfetto.analysis.isa import (
     Bin,
     Compare,
     Effect,
@@ -109,7 +109,7 @@ def _memory(i: capstone.CsInsn) -> tuple[Effect, ...]:
 
 
 def _effects(i: capstone.CsInsn) -> tuple[Effect, ...]:
-    """What one instruction does, in the terms of capture/isa.py."""
+    """What one instruction does, in the terms of analysis/isa.py."""
     m, ops = i.mnemonic, list(i.operands)
     if any(op.type == ca.ARM64_OP_MEM for op in ops) and m[:2] in ("ld", "st"):
         return _memory(i)

@@ -1,4 +1,4 @@
-"""x86-64 machine code in the terms of capture/isa.py, and where its uprobes cost one trap.
+"""x86-64 machine code in the terms of analysis/isa.py, and where its uprobes cost one trap.
 
 Capstone decodes each instruction into its operands (base and index register, scale,
 displacement, immediate, access size), so a pattern matches what an instruction does rather than
@@ -11,7 +11,7 @@ import capstone
 import numpy as np
 from capstone import x86 as cx
 
-from profinfer_perfetto.capture.isa import (
+from profinfer_perfetto.analysis.isa import (
     Addr,
     Bin,
     Compare,
@@ -88,7 +88,7 @@ def _put(insn: capstone.CsInsn, dest: capstone.x86.X86Op, value: Expr | None) ->
 
 
 def _effects(i: capstone.CsInsn) -> tuple[Effect, ...]:
-    """What one instruction does, in the terms of capture/isa.py; AT&T order: sources first."""
+    """What one instruction does, in the terms of analysis/isa.py; AT&T order: sources first."""
     ops = list(i.operands)
     if i.id in _MOVES and len(ops) == 2:
         return (_put(i, ops[1], _expr(i, ops[0])),)
