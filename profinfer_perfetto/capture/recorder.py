@@ -119,12 +119,16 @@ def boot_ns() -> int:
 
 # Run in the child: wait for the go byte on the pipe, then become the command (same PID). If
 # the recorder is gone first (end of file), exit instead: the command never runs unprofiled.
-# A Ctrl-C meanwhile ends it quietly (the recorder, which gets it too, says what happened).
+# A stop byte (the recorder ends it: a setup failure, a signal) or a Ctrl-C meanwhile ends it
+# quietly (the recorder says what happened).
 _HOLD_THEN_EXEC = """
 import os, signal, sys
 if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-if os.read(int(sys.argv[1]), 1) != b"g":
+byte = os.read(int(sys.argv[1]), 1)
+if byte == b"s":
+    sys.exit(1)
+if byte != b"g":
     sys.exit(f"profinfer-perfetto: the recorder ended first: {sys.argv[2]} not run")
 os.execvp(sys.argv[2], sys.argv[2:])
 """
@@ -155,12 +159,13 @@ class _Launched:
         self.found: int | None = None
 
     def release(self) -> None:
-        with contextlib.suppress(BrokenPipeError):  # it was killed: ended() says so
-            os.write(self._go, b"g")
-        self._close_go()
+        self._close_go(b"g")
 
-    def _close_go(self) -> None:
+    def _close_go(self, byte: bytes) -> None:
+        """Say `byte` to a command held before its exec (g: go on, s: stop) and close the pipe."""
         if self._go >= 0:
+            with contextlib.suppress(BrokenPipeError):  # it was killed: ended() says so
+                os.write(self._go, byte)
             os.close(self._go)
             self._go = -1
 
@@ -176,7 +181,7 @@ class _Launched:
     def end(self, sig: int) -> None:
         """End the command: `sig` to it (and to the process found in it), then SIGKILL to
         whatever of them still runs END_WAIT_S later; returns once they have ended."""
-        self._close_go()  # held before its exec, it exits at once
+        self._close_go(b"s")  # held before its exec, it exits at once
         self._signal(sig)
         if not self._ended_by(time.monotonic() + END_WAIT_S):
             self._signal(signal.SIGKILL)
