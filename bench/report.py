@@ -1,0 +1,140 @@
+"""docs/benchmarks.md from bench/results.json: a section per benchmark, each table made by its
+own function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _ci(values: list[float]) -> str:
+    return f"{values[0]:+.1%} ({values[1]:+.1%} .. {values[2]:+.1%})"
+
+
+def _query_md(q: Any) -> list[str]:
+    return _table(["query (1 M-op trace)", "engine", "load s", "op_summary s (total)"],
+                  [[f"{q['trace_mib']} MiB", e, str(q[e]["load_s"]), str(q[e]["op_summary_s"])]
+                   for e in ("builtin", "trace_processor") if e in q])
+
+
+def _overhead_md(results: Any) -> list[str]:
+    return _table(["overhead (llama-bench pp32 tg64, 6 interleaved pairs)",
+                   "decode slowdown (median, 95 % CI)", "prefill slowdown",
+                   "recorder CPU / capture time", "events lost"],
+                  [[name, _ci(r["tg_slowdown"]), _ci(r["pp_slowdown"]),
+                    f"{r['recorder_cpu_share']:.1%}", str(r["events_lost"])]
+                   for name, r in results.items()])
+
+
+def _steps_md(results: Any) -> list[str]:
+    return _table(["traced decode step vs the 16 untraced steps before it (one run)",
+                   "slowdown (median, 95 % CI)", "traced steps", "untraced step ms",
+                   "a sample's whole cost, in steps", "so --sample 256 --detach"],
+                  [[name, _ci(r["step_slowdown"]), str(r["traced_steps"]),
+                    str(r["median_step_ms"]), str(r["sample_cost_steps"]),
+                    f"{r['sample_256_slowdown']:+.2%}"] for name, r in results.items()])
+
+
+def _capture_md(results: Any) -> list[str]:
+    return _table(["capture (record's own process; streamed unless 'by default')",
+                   "capture s", "events", "events/s", "recorder peak MB",
+                   "recorder CPU / capture", "lost", "bytes per op"],
+                  [[name, f"{r['capture_s']:.1f}", str(int(r["events"])),
+                    str(r["events_per_s"]), f"{r['peak_mb']:.0f}",
+                    f"{r['recorder_cpu_share']:.1%}", str(int(r["lost"])),
+                    str(r.get("bytes_per_op", ""))] for name, r in results.items()])
+
+
+def _capacity_md(results: Any) -> list[str]:
+    return _table(["capacity (tiny-llama, 2 threads)", "events kept", "events/s",
+                   "events lost", "node descriptors lost"],
+                  [[name, str(r["events"]), str(r["event_rate_per_s"]), str(r["events_lost"]),
+                    str(r["nodes_lost"])] for name, r in results.items()])
+
+
+def _encoding_md(e: Any) -> list[str]:
+    return _table(["encoding (medium-llama, 32 tokens; best of 5 in turns)", "packets/s",
+                   "bytes"],
+                  [["profinfer-perfetto (args, flows, counters; deflated chunks)",
+                    f"{e['ours_packets_per_s']} ({e['ours_cpu_us_per_packet']} us of CPU "
+                    "per packet)",
+                    f"{e['ours_bytes_per_op']} per op slice, "
+                    f"{e['ours_bytes_per_event']} per recorded event"],
+                   ["naive per-event perfetto_trace_pb2, no args",
+                    str(e["naive_packets_per_s"]), f"{e['naive_bytes_per_packet']} per packet"]])
+
+
+def _writer_md(w: Any) -> list[str]:
+    return _table(["streamed writer (Gemma-3-270M, 320 tokens, 2 threads, 100 ms drains)",
+                   "events", "CPU us per event (best of 3)", "events per CPU s",
+                   "bytes per event"],
+                  [["model, layout, encode, deflate", str(w["events"]), str(w["us_per_event"]),
+                    str(w["events_per_cpu_s"]), str(w["bytes_per_event"])]])
+
+
+def _windows_md(results: Any) -> list[str]:
+    return _table(["recorder attached for whole 6 s windows, one long generation",
+                   "decode step slowdown (median, 95 % CI)", "each window", "plain step ms"],
+                  [[name, _ci(r["slowdown"]), " ".join(f"{w:+.1%}" for w in r["windows"]),
+                    str(r["plain_step_ms"])] for name, r in results.items()])
+
+
+def _one_trap_md(results: Any) -> list[str]:
+    return _table(["one trap per op: node time without the barrier probes vs with",
+                   "per node (median, p90)", "decode total", "decode ops (mean us: error)"],
+                  [[name, f"{r['node_error_median']:+.1%}, {r['node_error_p90']:+.1%}",
+                    f"{r['decode_total_error']:+.1%}",
+                    "; ".join(f"{k} {v['mean_us']}: {v['error']:+.1%}"
+                              for k, v in r["decode_ops"].items())]
+                   for name, r in results.items()])
+
+
+def _calibrate_md(c: Any) -> list[str]:
+    return _table(["calibrate: memory roof", "calibrate GB/s", "STREAM-like C GB/s",
+                   "calibrate / C (median of 3)"],
+                  [[f"{n} threads", str(m["ours_gb_s"]), str(m["stream_gb_s"]), str(m["ratio"])]
+                   for n, m in c["memory"].items()]) + \
+        _table(["roofline: Gemma-3-270M decode MUL_MAT", "dtype", "FLOP/byte", "ridge", "GB/s",
+                "of the roof", "verdict"],
+               [[r["role"], r["dtype"], str(r["intensity"]), str(r["ridge"]),
+                 str(r["gbyte_per_s"]), str(r["roof_share"]), r["verdict"]]
+                for r in c["decode_matmuls"]])
+
+
+def _gate_md(results: Any) -> list[str]:
+    gate = dict(results)
+    graph = gate.pop("graph diff", None)
+    lines = _table(["ab --runs 3 (paired check, default rules): setup: candidate", "checks",
+                    "flagged", "keys that were flagged"],
+                   [[name, str(r["checks"]), str(r["flagged"]), ", ".join(r["which"])]
+                    for name, r in gate.items()])
+    if graph is not None:
+        lines += ["", f"check medium-llama-down3 --baseline medium-llama: exit {graph['exit']}",
+                  "", "```", *graph["said"], "```"]
+    return lines
+
+
+SECTIONS: dict[str, Callable[[Any], list[str]]] = {
+    "query": _query_md, "overhead": _overhead_md, "steps": _steps_md, "memory": _capture_md,
+    "server": _capture_md, "capacity": _capacity_md, "encoding": _encoding_md,
+    "writer": _writer_md, "windows": _windows_md, "one-trap": _one_trap_md,
+    "calibrate": _calibrate_md, "gate": _gate_md,
+}
+"""Each benchmark's table(s), in the page's order."""
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """A section per benchmark measured, each with when and where it was measured (results made
+    before benchmarks kept their own dates say "on or before" the file's date)."""
+    lines: list[str] = []
+    measured = results.get("measured", {})
+    for name, section in SECTIONS.items():
+        if name in results:
+            when = measured.get(name, f"on or before {results['date']} on {results['machine']}")
+            lines += ["", f"## {name}", "", f"Measured {when}.", *section(results[name])]
+    return "\n".join(lines).lstrip("\n") + "\n"
