@@ -134,6 +134,16 @@ def bench_query() -> dict[str, Any]:
     return results
 
 
+def bench_query_ratio(rounds: int = 3) -> dict[str, Any]:
+    """bench_query `rounds` times (the engines in turns: a loaded machine slows both alike):
+    each round's ratio of the built-in engine's op_summary time, load included, to
+    trace_processor's, and their median. Nothing without trace_processor."""
+    runs = [bench_query() for _ in range(rounds if find_trace_processor()[0] else 0)]
+    ratios = [r["builtin"]["op_summary_s"] / r["trace_processor"]["op_summary_s"] for r in runs]
+    return {"rounds": runs, "ratios": [round(x, 2) for x in ratios],
+            "median": round(float(np.median(ratios)), 2) if ratios else None}
+
+
 def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str, float]:
     """tokens/s of llama-bench (pp 32, tg 64), alone or under `record` with these options."""
     import sys
@@ -674,6 +684,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "encoding": bench_encoding,
     "writer": bench_writer,
     "query": bench_query,
+    "query-ratio": bench_query_ratio,
     "gate": lambda: bench_gate(completion),
     "calibrate": bench_calibrate,
 }
@@ -692,6 +703,15 @@ def _query_md(q: Any) -> list[str]:
     return _table(["query (1 M-op trace)", "engine", "load s", "op_summary s (total)"],
                   [[f"{q['trace_mib']} MiB", e, str(q[e]["load_s"]), str(q[e]["op_summary_s"])]
                    for e in ("builtin", "trace_processor") if e in q])
+
+
+def _query_ratio_md(q: Any) -> list[str]:
+    return _table(["round", "builtin s (load + op_summary)", "trace_processor s", "ratio"],
+                  [[str(i), str(r["builtin"]["op_summary_s"]),
+                    str(r["trace_processor"]["op_summary_s"]), str(ratio)]
+                   for i, (r, ratio) in enumerate(zip(q["rounds"], q["ratios"], strict=True),
+                                                  start=1)]
+                  + [["median", "", "", str(q["median"])]])
 
 
 def _overhead_md(results: Any) -> list[str]:
@@ -796,6 +816,7 @@ SECTIONS: dict[str, Callable[[Any], list[str]]] = {
     "server": _capture_md, "capacity": _capacity_md, "encoding": _encoding_md,
     "writer": _writer_md, "windows": _windows_md, "one-trap": _one_trap_md,
     "calibrate": _calibrate_md, "gate": _gate_md,
+    "query-ratio": _query_ratio_md,
 }
 """Each benchmark's table(s), in the page's order."""
 
