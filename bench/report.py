@@ -17,9 +17,13 @@ def _ci(values: list[float]) -> str:
 
 
 def _query_md(q: Any) -> list[str]:
-    return _table(["query (1 M-op trace)", "engine", "load s", "op_summary s (total)"],
-                  [[f"{q['trace_mib']} MiB", e, str(q[e]["load_s"]), str(q[e]["op_summary_s"])]
-                   for e in ("builtin", "trace_processor") if e in q])
+    engines = [e for e in ("builtin", "trace_processor") if e in q["rounds"][0]]
+    table = _table([f"query: op_summary on the 1 M-op trace ({q['trace_mib']} MiB), round",
+                    *(f"{e} load s (with op_summary)" for e in engines)],
+                   [[str(i), *(f"{r[e]['load_s']} ({r[e]['op_summary_s']})" for e in engines)]
+                    for i, r in enumerate(q["rounds"], start=1)])
+    return [*table, "", "The built-in engine's time over trace_processor's, median of the "
+            f"rounds: {q['ratio_median']}."]
 
 
 def _overhead_md(results: Any) -> list[str]:

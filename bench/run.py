@@ -3,9 +3,7 @@ docs/benchmarks.md.
 
     python -m bench.run [--only NAME ...]
 
-query   seconds for `op_summary` on a 1 M-op trace, per engine available here. The trace is a
-        real recording (medium-llama, 64 tokens, 2 threads) tiled in time to 1 M op slices,
-        cached under $PROFINFER_CACHE/bench.
+query   `op_summary` on a 1 M-op trace (medium-llama tiled in time), the engines in turns.
 gate    the paired gate (bench/gate.py): per setup, 20 `ab --runs 3` against the same command,
         ffn_down's matmuls 10 % and 5 % slower (bench/slowed.py) and a busy loop during the
         candidate's runs; the graph diff of medium-llama-down3. Recordings are kept.
@@ -114,22 +112,26 @@ def million_op_trace() -> Path:
     return path
 
 
-def bench_query() -> dict[str, Any]:
-    """op_summary on the 1 M-op trace, on each engine at hand, in one run."""
+def _query_once(trace: Path, engine: str) -> dict[str, float]:
+    start = time.perf_counter()
+    with TraceQuery(trace, EngineChoice(engine)) as q:
+        loaded = time.perf_counter()
+        q.metric("op_summary")
+        done = time.perf_counter()
+    return {"load_s": round(loaded - start, 2), "op_summary_s": round(done - start, 2)}
+
+
+def bench_query(rounds: int = 3) -> dict[str, Any]:
+    """op_summary on the 1 M-op trace (load included), the engines at hand in turns for
+    `rounds` rounds (a loaded machine slows both alike): each round's times, and the median of
+    the rounds' ratios of the built-in engine's time to trace_processor's."""
     trace = million_op_trace()
-    results: dict[str, Any] = {"trace_mib": round(trace.stat().st_size / 2**20, 1)}
     engines = ["builtin"] + (["trace_processor"] if find_trace_processor()[0] else [])
-    for engine in engines:
-        start = time.perf_counter()
-        with TraceQuery(trace, EngineChoice(engine)) as q:
-            loaded = time.perf_counter()
-            q.metric("op_summary")
-            done = time.perf_counter()
-            ops = q.sql("select count(*) from profinfer_op").rows[0][0]
-        results[engine] = {"op_slices": ops, "load_s": round(loaded - start, 2),
-                           "op_summary_s": round(done - start, 2)}
-        print("query", engine, results[engine], flush=True)
-    return results
+    runs = [{engine: _query_once(trace, engine) for engine in engines} for _ in range(rounds)]
+    ratios = [r["builtin"]["op_summary_s"] / r["trace_processor"]["op_summary_s"]
+              for r in runs if "trace_processor" in r]
+    return {"trace_mib": round(trace.stat().st_size / 2**20, 1), "rounds": runs,
+            "ratio_median": round(float(np.median(ratios)), 2) if ratios else None}
 
 
 def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str, float]:

@@ -27,8 +27,9 @@ write (timestamp, sequence, flags and one TrackEvent of known fields) are decode
 column with the interning, defaults and incremental clock of their sequence; a run of debug
 annotations is looked up by its hash, parsed once per distinct run. Any other packet
 (descriptors, interned data, clock snapshots, or an event with fields the bulk path does not
-know) goes through protobuf one at a time, in order, so every valid trace imports. The tables
-with a row per event are written as an SQLite database image (query/sqlite_image.py).
+know) goes through protobuf one at a time, in order, so every valid trace imports. The rows
+go into an in-memory SQLite database with sqlite3's `executemany`, those of the tables with a
+row per event turned into Python values a block at a time.
 
 The import is four steps, a module each: query/import_scan.py frames and scans a buffer's
 packets (and inflates compressed chunks), query/import_read.py reads them in order into the
@@ -52,11 +53,10 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from profinfer_perfetto.errors import ProfinferError
-from profinfer_perfetto.query import sched_import, sqlite_image, wirescan
+from profinfer_perfetto.query import sched_import, wirescan
 from profinfer_perfetto.query.import_read import Reader, not_a_trace
 from profinfer_perfetto.query.import_scan import Budget
 from profinfer_perfetto.query.import_tables import Tables, build
-from profinfer_perfetto.query.sqlite_image import Column
 
 SCHEMA = {
     "process": ("upid INTEGER PRIMARY KEY", "pid INTEGER", "name TEXT", "cmdline TEXT"),
@@ -85,55 +85,36 @@ def _create(table: str) -> str:
     return f"CREATE TABLE {table} ({', '.join(SCHEMA[table])})"
 
 
-def _ints(values: np.ndarray) -> Column:
-    """An integer column, negative values (none) as NULL."""
-    return Column("int", values, values < 0)
+_BLOCK = 1 << 16
+"""Rows turned into Python values at once (bounds the memory they take)."""
 
 
-def _big_tables(reader: Reader, t: Tables) -> dict[str, list[Column]]:
-    """The columns (after `id`) of the tables with a row per event."""
+def _big_tables(reader: Reader, t: Tables) -> dict[str, list[np.ndarray]]:
+    """The columns (after `id`) of the tables with a row per event: masked values are NULL."""
     s, c = t.slices, t.counters
-    names = [n.encode() for n in reader.strings.ids] or [b""]  # a null name points at one
-    no_category = Column("int", np.zeros(len(s["ts"]), np.int64), np.ones(len(s["ts"]), bool))
+    names = np.array([*reader.strings.ids, None], object)  # a name of -1 is the last: NULL
     return {
-        "slice": [Column("int", s["ts"]), Column("int", s["dur"]), Column("int", s["track"]),
-                  no_category,
-                  Column("text", np.maximum(s["name"], 0), s["name"] < 0, names),
-                  Column("int", s["depth"]), _ints(s["parent"]), _ints(s["args"])],
-        "counter": [Column("int", c["ts"]), Column("int", c["track"]),
-                    Column("real", c["value"]), _ints(c["args"])],
-        "flow": [Column("int", t.flows[0]), Column("int", t.flows[1])],
+        "slice": [s["ts"], s["dur"], s["track"], np.full(len(s["ts"]), None), names[s["name"]],
+                  s["depth"], np.ma.masked_less(s["parent"], 0),
+                  np.ma.masked_less(s["args"], 0)],
+        "counter": [c["ts"], c["track"], c["value"], np.ma.masked_less(c["args"], 0)],
+        "flow": list(t.flows),
     }
 
 
-def _python_rows(columns: list[Column]) -> Iterator[tuple[Any, ...]]:
-    """Rows (id first) of columns, for SQL inserts."""
-    values: list[list[Any]] = []
-    for c in columns:
-        if c.kind == "text":
-            assert c.strings is not None
-            texts = np.array([s.decode() for s in c.strings], object)
-            column = texts[c.values] if len(texts) else np.empty(len(c.values), object)
-        else:
-            column = c.values.astype(object)
-        if c.null is not None:
-            column[c.null] = None
-        values.append(list(column))
-    return zip(range(len(values[0]) if values else 0), *values, strict=True)
+def _rows(columns: list[np.ndarray]) -> Iterator[tuple[Any, ...]]:
+    """The rows (id first) of columns of numpy values, a block at a time."""
+    count = len(columns[0])
+    for a in range(0, count, _BLOCK):
+        b = min(a + _BLOCK, count)
+        yield from zip(range(a, b), *(c[a:b].tolist() for c in columns), strict=True)
 
 
-def _store(reader: Reader, t: Tables, pool: ThreadPoolExecutor) -> sqlite3.Connection:
-    """A new in-memory database with the tables: those with a row per event written as a
-    database image where SQLite can load one (sqlite3 `deserialize`), the rest with SQL."""
+def _store(reader: Reader, t: Tables) -> sqlite3.Connection:
+    """A new in-memory database with the tables, their rows inserted with SQL."""
     db = sqlite3.connect(":memory:")
-    big = _big_tables(reader, t)
-    if hasattr(db, "deserialize"):
-        data, left = sqlite_image.image([sqlite_image.Table(name, _create(name), big.get(name))
-                                         for name in SCHEMA], pool)
-        db.deserialize(data.data)
-    else:
-        db.executescript(";".join(map(_create, SCHEMA)))
-        left = list(big)
+    db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;"
+                     + ";".join(map(_create, SCHEMA)))
     sched, thread_state = sched_import.tables(reader.sched, reader.threads.scheduled)
     rows: dict[str, Iterable[Sequence[Any]]] = {
         "sched": ((i, *row) for i, row in enumerate(sched)),
@@ -141,7 +122,7 @@ def _store(reader: Reader, t: Tables, pool: ThreadPoolExecutor) -> sqlite3.Conne
         "process": reader.threads.processes, "thread": reader.threads.threads,
         "track": t.tracks, "thread_track": t.thread_tracks,
         "counter_track": t.counter_tracks, "args": ((i, *row) for i, row in enumerate(t.args)),
-        **{name: _python_rows(big[name]) for name in left}}
+        **{name: _rows(columns) for name, columns in _big_tables(reader, t).items()}}
     for name, table_rows in rows.items():
         marks = ", ".join("?" * len(SCHEMA[name]))
         db.executemany(f"INSERT INTO {name} VALUES ({marks})", table_rows)
@@ -163,4 +144,4 @@ def load(path: Path, data: bytes) -> sqlite3.Connection:
         if not reader.descriptors and not reader.events.count:
             raise ProfinferError(f"{path} holds no track events: is it a profinfer-perfetto "
                                  "trace?")
-        return _store(reader, build(reader, pool), pool)
+        return _store(reader, build(reader, pool))

@@ -13,7 +13,6 @@ runs when PROFINFER_TP_BIN names its shell.
 from __future__ import annotations
 
 import os
-import sqlite3
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -284,27 +283,6 @@ def _builtin_tables(trace: Path) -> dict[str, Any]:
 def test_builtin_imports(trace: Path) -> None:
     tables = _builtin_tables(trace)
     assert tables["slice"] and tables["track"] and tables["thread"][0] == (0, 0, "swapper", 0)
-
-
-class _NoImages:
-    """An SQLite connection that cannot load a database image (no `deserialize`)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "deserialize":
-            raise AttributeError(name)
-        return getattr(self._db, name)
-
-
-def test_tables_inserted_with_sql_are_the_same(trace: Path, monkeypatch: pytest.MonkeyPatch
-                                               ) -> None:
-    """Where sqlite3 cannot load a database image, every row is inserted with SQL."""
-    from_image = _builtin_tables(trace)
-    connect = sqlite3.connect
-    monkeypatch.setattr(sqlite3, "connect", lambda *a: _NoImages(connect(*a)))
-    assert _builtin_tables(trace) == from_image
 
 
 def test_nesting_is_a_slice_stack() -> None:
