@@ -1,7 +1,5 @@
-"""Benchmarks: `nox -s bench` (as root, after scripts/setup.sh). Writes bench/results.json and
-docs/benchmarks.md.
-
-    python -m bench.run [--only NAME ...]
+"""Benchmarks: `nox -s bench` or `python -m bench.run [--only NAME ...]` (as root, after
+scripts/setup.sh). Writes bench/results.json and docs/benchmarks.md.
 
 query   `op_summary` on a 1 M-op trace (medium-llama tiled in time), the engines in turns.
 gate    the paired gate (bench/gate.py): per setup, 20 `ab --runs 3` against the same command,
