@@ -30,8 +30,10 @@ class BpftraceCount:
     def stop(self, pid: int) -> dict[str, int]:
         """Stop counting; the counts of process `pid`, by the names given to the functions."""
         self.proc.send_signal(signal.SIGINT)
-        # bpftrace detaches its probes before it prints: slow on a loaded machine.
-        out, _ = self.proc.communicate(timeout=120)
+        # bpftrace detaches its probes before it prints: slow on a loaded machine (over 120 s
+        # where other recorders attached and detached uprobes beside it): a guard against a
+        # hang, not a bound on time.
+        out, _ = self.proc.communicate(timeout=600)
         return {m[1]: int(m[2]) for m in re.finditer(rf"^@(\w+)\[{pid}\]: (\d+)$", out, re.M)}
 
 
