@@ -48,10 +48,11 @@ def test_a_busy_loop_on_the_targets_cpu_fails_the_check(
     """A busy loop on the one CPU a single-threaded decode is pinned to: 255 decode steps last
     far longer than a scheduler slice (a 47-step decode may fit in the slices the target is
     owed and not be touched: bench gate saw it once in 5), so the scheduler shares the CPU
-    between the two and the decode waits whole slices for it (its median step, most steps
-    untouched, need not move), time `record --sched` sees as stalled; the default rule on its
-    mean fails the check against a run made without the loop. Only the target is pinned, as
-    bench gate does."""
+    between the two and the decode waits for it. That fails the check against a run made
+    without the loop, through the time `record --sched` sees as stalled (the default rule on
+    its mean) or the steps' own latency: which one depends on how the scheduler cut the slices
+    (a fresh-clone run once saw decode steps 39 % slower with 2 us of stall a step), so either
+    counts. Only the target is pinned, as bench gate does."""
     cpu = max(os.sched_getaffinity(0))
     command = ["taskset", "-c", str(cpu), *completion(llama, model("tiny-llama"), 1, n=256)]
 
@@ -70,6 +71,6 @@ def test_a_busy_loop_on_the_targets_cpu_fails_the_check(
         loop.wait()
     result = cli("check", hogged, "--baseline", plain, "--engine", "builtin")
     assert result.returncode == 1, result.stdout + result.stderr
-    (stalled,) = [line for line in result.stdout.splitlines()
-                  if line.startswith("interference/decode")]
-    assert stalled.endswith("regression") and "of a step" in stalled, result.stdout
+    failed = {line.split()[0] for line in result.stdout.splitlines()
+              if line.endswith(" regression")}
+    assert failed & {"interference/decode", "step/decode"}, result.stdout
