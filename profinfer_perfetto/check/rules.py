@@ -67,7 +67,7 @@ class Settings:
     prior_dof: float = 8
     """Degrees of freedom the run-to-run spread common to the keys a check judges is worth
     beside a key's own (stats.run_noise); 0: each key's own runs alone. 8 from bench gate: the
-    fewest false alarms with the most caught of the settings tried (README)."""
+    fewest false alarms with the most caught of the settings tried (docs/check.md)."""
     per_check: bool = True
     """The noise band's confidence holds for a check as a whole (Bonferroni over its keys):
     about one false alarm in 1 / (1 - confidence) checks, however many keys each judges."""
@@ -83,12 +83,12 @@ DEFAULT_RULES = (
     # absolute time: a slower or busier machine slows every op alike (runs of one command here
     # differ by 5-30 % as a whole), which moves no op's rel; a change to one op's kernel or
     # tensor moves its rel in full (a share moves by less, the smaller the op). Chosen on
-    # bench gate's recordings with one op class slowed by 10 and 5 % (README).
+    # bench gate's recordings with one op class slowed by 10 and 5 % (docs/check.md).
     Rule("top decode ops against their op's other nodes", "rel/decode/*", 0.03, top=10),
     Rule("top prefill ops against their op's other nodes", "rel/prefill/*", 0.10, top=5),
     # Traces recorded with --sched: time a decode thread waited for a CPU, per step. Nearly
     # always none, and a task on the target's CPU takes a few whole scheduler slices a run,
-    # which a median never sees: the mean, as a part of the mean step (bench gate, README).
+    # which a median never sees: the mean, as a part of the mean step (bench gate, docs/check.md).
     Rule("decode time stalled waiting for a CPU", "interference/decode", 0.02,
          statistic=MEAN),
 )

@@ -21,7 +21,7 @@ description is written once per file and named by number after (DESC_ARG), count
 where a value changes, DAG flow ids from a small cycle (layout.dag_flows), the interned names
 deflated, and each sequence's packets side by side for deflate.
 
-What keeps it fast (measured in README, Benchmarks): no Python object per event; an event's
+What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event; an event's
 fields other than its counters and flows (type, track, name, args, description) rendered once
 per distinct set of them (`_bodies`: an op's on every token step) and copied from there; a
 field that few rows have costs only on those rows (`Pieces`).

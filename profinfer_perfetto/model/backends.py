@@ -11,7 +11,7 @@ treats every backend's ops alike. A split whose calls do not add up to its nodes
 not described, more nodes than the probe describes) keeps no ops: they count as dropped.
 
 A GPU backend adds its host side the same way: a probe on its graph_compute sends the split's
-nodes, one on its launch or copy calls cuts it (see the README).
+nodes, one on its launch or copy calls cuts it (docs/internals.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ makes a run slower, which the gate rightly reports): that rate of false alarms i
 the benchmark (`nox -s bench -- --only check`), not asserted here. What holds by construction is
 that the same runs as baseline and candidate pass, through every step a real run takes: record,
 import, the samples of each key, the bootstrap, the verdict and its exit code. The runs are
-pinned to one CPU, as the README advises for a baseline.
+pinned to one CPU, as docs/check.md advises for a baseline.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def test_detach_records_a_chosen_step_whole(cli: Cli, llama: Callable[..., Path]
     step it traces is whole, the same ops as the in-kernel gate alone records.
 
     Attaching takes the kernel longer than a step on a loaded machine now and then, and the
-    README says a step can then be missed: what holds whatever the timing is that no other
+    docs/record.md says a step can then be missed: what holds whatever the timing is that no other
     step is traced and that a traced step is whole (never a part of it)."""
     counts = []
     for options in (["--tokens", "60:61"], ["--tokens", "60:61", "--detach"]):

@@ -201,8 +201,9 @@ def _check_gated(loaded: Loaded) -> None:
     if "--detach" not in loaded.kind.options:
         assert loaded.count(loaded.op_slices()) > 0, "no op slices: no chosen step was traced"
     # With --detach a chosen step is missed when the kernel takes longer to remove the probes
-    # than the steps in between last (README; seen on a loaded machine): what holds whatever the
-    # timing is that no op lies outside a chosen step, and that the trace loads clean.
+    # than the steps in between last (docs/record.md; seen on a loaded machine): what holds
+    # whatever the timing is that no op lies outside a chosen step, and that the trace loads
+    # clean.
     assert _ops_outside(loaded, loaded.kind.chosen) == 0
 
 
