@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from profinfer_perfetto.check.baseline import Baseline, describe, merged, runs_of
-from profinfer_perfetto.check.stats import Change, median_change, t_quantile
+from profinfer_perfetto.check.stats import Change, Spread, median_change, moderate, t_quantile
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import AUTO, EngineChoice
 
@@ -64,21 +64,38 @@ def _lined_up(runs: list[Baseline]) -> Baseline:
     return replace(merged(runs), samples=samples)
 
 
+def _pair_logs(base: list[list[int]], new: list[list[int]]) -> np.ndarray:
+    """Each pair's log ratio of medians, candidate over baseline, of the pairs with samples on
+    both sides."""
+    return np.array([math.log(max(float(np.median(n)), 1e-9) / max(float(np.median(b)), 1e-9))
+                     for b, n in zip(base, new, strict=True) if b and n])
+
+
+def pair_spread(base: list[list[int]], new: list[list[int]]) -> Spread | None:
+    """How the pairs' log ratios of a key spread (None from fewer than MIN_PAIRS pairs): what
+    stats.common_spread pools over the keys of a rule."""
+    logs = _pair_logs(base, new)
+    if len(logs) < MIN_PAIRS:
+        return None
+    return Spread(float(np.var(logs, ddof=1)), len(logs) - 1)
+
+
 def pair_change(base: list[list[int]], new: list[list[int]], confidence: float = 0.95,
-                resamples: int = 2000) -> Change:
+                resamples: int = 2000, prior: Spread | None = None) -> Change:
     """The change of a key's median judged on pairs of runs (`base[i]` with `new[i]`): each
     pair's ratio of medians, candidate over baseline; their geometric mean as the change, with
-    the `confidence` Student's t interval of the mean of their logarithms. Change.base and .new
-    are each side's pooled median, as in median_change. A key held by fewer than MIN_PAIRS
-    pairs (both sides) is compared as unpaired runs are (median_change)."""
-    pairs = [(b, n) for b, n in zip(base, new, strict=True) if b and n]
-    if len(pairs) < MIN_PAIRS:
+    the `confidence` Student's t interval of the mean of their logarithms. Their variance is
+    moderated towards `prior` (the pairs' spread common to the keys of the rule, stats.moderate):
+    three pairs alone give a variance of two degrees of freedom, and t at 97.5 % of 4.3. Change.base
+    and .new are each side's pooled median, as in median_change. A key held by fewer than
+    MIN_PAIRS pairs (both sides) is compared as unpaired runs are (median_change)."""
+    own = pair_spread(base, new)
+    if own is None:
         return median_change(base, new, confidence, resamples)
-    logs = np.array([math.log(max(float(np.median(n)), 1e-9) / max(float(np.median(b)), 1e-9))
-                     for b, n in pairs])
+    logs = _pair_logs(base, new)
     mean = float(np.mean(logs))
-    half = (t_quantile(0.5 + confidence / 2, len(logs) - 1)
-            * float(np.std(logs, ddof=1)) / math.sqrt(len(logs)))
+    spread = moderate(own, prior)
+    half = t_quantile(0.5 + confidence / 2, spread.dof) * math.sqrt(spread.variance / len(logs))
     pooled = [float(np.median([s for run in side for s in run])) for side in (base, new)]
     return Change(pooled[0], pooled[1], math.expm1(mean), math.expm1(mean - half),
                   math.expm1(mean + half))

@@ -132,12 +132,19 @@ def run_noise(own: Spread, confidence: float, prior: Spread | None = None) -> fl
     variance from two degrees of freedom: one odd run makes the band huge, and three runs that
     happen to agree make it too narrow; the keys beside it know better what runs do.
     """
-    variance, dof, runs = own.variance, own.dof, own.dof + 1
-    if prior is not None:
-        variance = (prior.dof * prior.variance + dof * variance) / (prior.dof + dof)
-        dof += prior.dof
-    spread = math.sqrt(variance * (1 + 1 / runs))
-    return math.expm1(t_quantile(0.5 + confidence / 2, dof) * spread)
+    runs = own.dof + 1
+    moderated = moderate(own, prior)
+    spread = math.sqrt(moderated.variance * (1 + 1 / runs))
+    return math.expm1(t_quantile(0.5 + confidence / 2, moderated.dof) * spread)
+
+
+def moderate(own: Spread, prior: Spread | None) -> Spread:
+    """A key's own spread moderated towards `prior` (common_spread of the keys beside it): the
+    mean of the two variances weighted by their degrees of freedom, with their sum as its own."""
+    if prior is None:
+        return own
+    return Spread((prior.dof * prior.variance + own.dof * own.variance) / (prior.dof + own.dof),
+                  prior.dof + own.dof)
 
 
 def t_quantile(p: float, dof: float) -> float:

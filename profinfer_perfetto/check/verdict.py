@@ -14,10 +14,11 @@ from profinfer_perfetto.check.baseline import (
     shown,
 )
 from profinfer_perfetto.check.graph import GraphDiff
-from profinfer_perfetto.check.paired import pair_change
+from profinfer_perfetto.check.paired import pair_change, pair_spread
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
+    Spread,
     common_spread,
     mean_change,
     mean_noise,
@@ -133,6 +134,18 @@ def _setup_warnings(base: Baseline, new: Baseline) -> list[str]:
     return warnings
 
 
+def _pair_priors(watched: dict[Rule, list[str]], base: Baseline, new: Baseline,
+                 dof: float) -> dict[Rule, Spread | None]:
+    """Per rule, the spread of pairs common to its keys (stats.common_spread): the keys of one
+    rule (ops against their op's other nodes) stray alike from pair to pair, the keys of
+    different rules do not (a step's median strays ten times as far as an op's rel here)."""
+    priors: dict[Rule, Spread | None] = {}
+    for rule, keys in watched.items():
+        spreads = [pair_spread(base.samples[k], new.samples.get(k, [])) for k in keys]
+        priors[rule] = common_spread([s for s in spreads if s is not None], dof)
+    return priors
+
+
 def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             settings: Settings, paired: bool = False) -> CheckResult:
     """Each watched key's verdict. `paired` (runs lined up by paired.pair_up): a key's median is
@@ -150,6 +163,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     scales = {k: _step_scale(base, k) for rule, keys in watched.items() for k in keys
               if rule.by_mean}
     prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
+    pair_priors = _pair_priors(watched, base, new, settings.prior_dof) if paired else {}
     for rule, keys in watched.items():
         for key in keys:
             a, b = base.samples[key], new.samples.get(key, [])
@@ -161,8 +175,9 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             else:
                 verdict = OK
                 change = (mean_change(a, b, scales[key]) if rule.by_mean else
-                          (pair_change if paired else median_change)(
-                              a, b, settings.confidence, settings.resamples))
+                          pair_change(a, b, settings.confidence, settings.resamples,
+                                      pair_priors[rule]) if paired else
+                          median_change(a, b, settings.confidence, settings.resamples))
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
                                            confidence))

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+import numpy as np
 import pytest
 
+from profinfer_perfetto.check.baseline import Baseline
 from profinfer_perfetto.check.paired import pair_change
+from profinfer_perfetto.check.rules import Rule, Settings
+from profinfer_perfetto.check.stats import Spread, t_quantile
+from profinfer_perfetto.check.verdict import REGRESSION, compare
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
@@ -118,6 +124,36 @@ def test_a_pairs_change_is_the_mean_of_their_log_ratios() -> None:
     spread = pair_change([[100] * 9] * 3, [[105] * 9, [110] * 9, [115] * 9])
     assert spread.low < 0.05 < spread.change < 0.15 < spread.high
     assert spread.change == pytest.approx((1.05 * 1.10 * 1.15) ** (1 / 3) - 1)
+
+
+def test_a_prior_moderates_the_pairs_spread() -> None:
+    """With a prior, the interval's variance is the mean of the key's own (2 degrees of freedom
+    from 3 pairs) and the prior's, weighted by their degrees of freedom, and t has their sum."""
+    base, new = [[100] * 9] * 3, [[105] * 9, [110] * 9, [115] * 9]
+    logs = np.log([1.05, 1.10, 1.15])
+    own = float(np.var(logs, ddof=1))
+    prior = Spread(own / 4, 8)
+    change = pair_change(base, new, prior=prior)
+    half = t_quantile(0.975, 10) * math.sqrt((8 * own / 4 + 2 * own) / 10 / 3)
+    assert change.low == pytest.approx(math.expm1(logs.mean() - half))
+    assert change.high == pytest.approx(math.expm1(logs.mean() + half))
+
+
+def test_an_op_slower_in_every_pair_is_caught_through_the_rules_other_keys() -> None:
+    """Key a is 10 % slower in every pair, but its three pairs agree less well (±5 %) than the
+    rule's other keys do (±1 %): its own variance (2 degrees of freedom, t of 4.3) hides the
+    change, the spread common to the rule's keys (stats.common_spread, prior_dof 8) shows it."""
+    base = {f"rel/decode/OP/{k}": [[1000] * 9] * 3 for k in "abcdefgh"}
+    new = {f"rel/decode/OP/{k}": [[1000 + d] * 9 for d in (0, 10, -10)] for k in "bcdefgh"}
+    new["rel/decode/OP/a"] = [[r] * 9 for r in (1100, 1160, 1060)]
+    rule = Rule("ops", "rel/decode/*", 0.03)
+
+    def flagged(dof: float) -> bool:
+        result = compare(Baseline({}, base), Baseline({}, new), (rule,),
+                         Settings(prior_dof=dof), paired=True)
+        return [v.key for v in result.verdicts if v.verdict == REGRESSION] == ["rel/decode/OP/a"]
+
+    assert flagged(8) and not flagged(0)
 
 
 @pytest.mark.parametrize("case", ["one run", "earlier runs", "unquoted", "rules"])
