@@ -66,8 +66,9 @@ class Settings:
     resamples: int = 2000
     prior_dof: float = 8
     """Degrees of freedom the run-to-run spread common to the keys a check judges is worth
-    beside a key's own (stats.run_noise); 0: each key's own runs alone. 8 from bench gate: the
-    fewest false alarms with the most caught of the settings tried (docs/check.md)."""
+    beside a key's own (stats.run_noise; with --paired, the pairs' spread common to the keys of
+    the key's rule, paired.pair_change); 0: each key's own runs alone. 8 from bench gate: the
+    fewest false alarms with the most caught of the settings tried (docs/check.md, docs/ab.md)."""
     per_check: bool = True
     """The noise band's confidence holds for a check as a whole (Bonferroni over its keys):
     about one false alarm in 1 / (1 - confidence) checks, however many keys each judges."""
