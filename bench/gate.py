@@ -54,9 +54,12 @@ def _slowed(percent: int) -> Candidate:
 
 
 def _hogged(cpu: int) -> Candidate:
-    """The command with a busy loop pinned to `cpu` for as long as it runs."""
-    script = (f'taskset -c {cpu} sh -c "while :; do :; done" & hog=$!; "$@"; status=$?; '
-              'kill $hog; exit $status')
+    """The command with a busy loop pinned to `cpu` for as long as it runs. The command starts
+    once the loop runs pinned (its taskset has become the shell): on a busy machine the loop
+    started late, after one 0.1 s run of tiny-llama had ended (2026-11-27, 1 check in 20)."""
+    script = (f'taskset -c {cpu} sh -c "while :; do :; done" & hog=$!; '
+              'until [ "$(readlink /proc/$hog/exe)" = "$(readlink -f /bin/sh)" ]; do :; done; '
+              '"$@"; status=$?; kill $hog; exit $status')
     return lambda command: ["sh", "-c", script, "sh", *command]
 
 
