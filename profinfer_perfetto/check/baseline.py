@@ -77,14 +77,15 @@ class Baseline:
         return max((len(r) for r in self.samples.values()), default=0)
 
     @staticmethod
-    def load(paths: list[Path], engine: EngineChoice = AUTO) -> Baseline:
-        """A baseline file, or traces to take one from."""
+    def saved(paths: list[Path]) -> Baseline | None:
+        """The baseline file (query --save-baseline) that `paths` is, if it is one; None for
+        traces to take a baseline from (each there)."""
         for path in paths:
             if not path.is_file():
                 raise ProfinferError(f"no baseline at {path}")
         path = paths[0]
         if len(paths) > 1 or path.suffix != ".json":
-            return from_traces(paths, engine)
+            return None
         try:
             doc = json.loads(path.read_text())
         except OSError as exc:
@@ -143,7 +144,7 @@ def from_traces(traces: list[Path], engine: EngineChoice = AUTO) -> Baseline:
 
 def runs_of(traces: list[Path], engine: EngineChoice = AUTO) -> list[Baseline]:
     """A baseline of each trace, each what its own run was made from."""
-    return over_traces(traces, _from_query, engine)
+    return over_traces(traces, run_baseline, engine)
 
 
 def merged(runs: list[Baseline]) -> Baseline:
@@ -157,7 +158,8 @@ def merged(runs: list[Baseline]) -> Baseline:
     return Baseline(runs[0].made_from, samples, shares)
 
 
-def _from_query(q: TraceQuery) -> Baseline:
+def run_baseline(q: TraceQuery) -> Baseline:
+    """The samples of the run in a trace."""
     record = q.recording_args()
     threads = q.sql("select max(n_threads) from profinfer_graph").rows
     steps = q.sql("select phase, dur from profinfer_step order by step").rows

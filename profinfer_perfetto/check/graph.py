@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from profinfer_perfetto.query.engines import AUTO, EngineChoice
-from profinfer_perfetto.query.session import TraceQuery, over_traces
+from profinfer_perfetto.query.session import TraceQuery
 
 NODES, OPS, NODE, WEIGHTS, BACKEND, FLOPS, BYTES = (
     "nodes", "ops", "node", "weights", "backend", "flops", "bytes")
@@ -207,14 +205,3 @@ def compare_graphs(base: list[RunGraph], new: list[RunGraph]) -> GraphDiff:
         if found:
             return GraphDiff(CHANGED, tuple(found), run.name, len(first.facts))
     return GraphDiff(SAME, facts=len(first.facts))
-
-
-def graph_diff(baseline: list[Path], traces: list[Path], engine: EngineChoice = AUTO
-               ) -> GraphDiff:
-    """The candidate traces' graphs against the baseline's (traces; a saved baseline file
-    holds no graph)."""
-    if len(baseline) == 1 and baseline[0].suffix == ".json":
-        return GraphDiff(NOT_COMPARED, note=f"{baseline[0]} is a saved baseline, which holds "
-                         "no graph: give the baseline's traces to compare graphs")
-    runs = over_traces([*baseline, *traces], run_graph, engine)
-    return compare_graphs(runs[: len(baseline)], runs[len(baseline):])

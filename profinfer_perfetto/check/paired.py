@@ -24,11 +24,15 @@ MIN_PAIRS = 2
 def pair_up(base: list[Path], new: list[Path], engine: EngineChoice = AUTO
             ) -> tuple[Baseline, Baseline]:
     """The baseline's and the candidate's traces, in name order, as two baselines whose runs
-    line up pair by pair (a run without a key holds no samples of it). Bad input: counts that
-    differ, fewer than MIN_PAIRS pairs, a saved baseline (its runs are not pairs), or the runs
-    of a side made from different things (models, builds, threads, counters: the tool's
-    version aside, on which a run's samples do not depend); the two sides may differ, which is
-    what a paired check compares."""
+    line up pair by pair (pairable, then lined_up of each side)."""
+    pairable(base, new)
+    return (lined_up(base, runs_of(base, engine), "baseline"),
+            lined_up(new, runs_of(new, engine), "candidate"))
+
+
+def pairable(base: list[Path], new: list[Path]) -> None:
+    """Bad input, before any trace is read: a missing baseline trace, a saved baseline (its runs
+    are not pairs), counts that differ, fewer than MIN_PAIRS pairs."""
     if missing := [p for p in base if not p.is_file()]:
         raise ProfinferError(f"no baseline at {missing[0]}")
     if saved := [p for p in base if p.suffix == ".json"]:
@@ -41,19 +45,23 @@ def pair_up(base: list[Path], new: list[Path], engine: EngineChoice = AUTO
     if len(base) < MIN_PAIRS:
         raise ProfinferError(f"--paired needs {MIN_PAIRS} pairs of runs at least: one pair "
                              "shows no spread to judge a change by")
-    sides = []
-    for side, paths in (("baseline", base), ("candidate", new)):
-        runs = runs_of(paths, engine)
-        first = runs[0].made_from
-        for path, run in zip(paths[1:], runs[1:], strict=True):
-            if differ := [k for k in {**first, **run.made_from} if k != "tool" and
-                          first.get(k) != run.made_from.get(k)]:
-                raise ProfinferError(
-                    f"the {side} runs of a paired check must be of one setup, and {path} "
-                    f"({describe({k: run.made_from.get(k, '') for k in differ})}) is not "
-                    f"that of {paths[0]} ({describe({k: first.get(k, '') for k in differ})})")
-        sides.append(_lined_up(runs))
-    return sides[0], sides[1]
+
+
+def lined_up(paths: list[Path], runs: list[Baseline], side: str) -> Baseline:
+    """The runs of one side (of the traces `paths`) as one baseline whose runs line up with the
+    other side's (a run without a key holds no samples of it). Bad input: runs made from
+    different things (models, builds, threads, counters: the tool's version aside, on which a
+    run's samples do not depend); the two sides may differ, which is what a paired check
+    compares."""
+    first = runs[0].made_from
+    for path, run in zip(paths[1:], runs[1:], strict=True):
+        if differ := [k for k in {**first, **run.made_from} if k != "tool" and
+                      first.get(k) != run.made_from.get(k)]:
+            raise ProfinferError(
+                f"the {side} runs of a paired check must be of one setup, and {path} "
+                f"({describe({k: run.made_from.get(k, '') for k in differ})}) is not "
+                f"that of {paths[0]} ({describe({k: first.get(k, '') for k in differ})})")
+    return _lined_up(runs)
 
 
 def _lined_up(runs: list[Baseline]) -> Baseline:

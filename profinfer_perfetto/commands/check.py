@@ -10,10 +10,8 @@ from typing import Annotated
 import typer
 
 from profinfer_perfetto.check import report
-from profinfer_perfetto.check.baseline import Baseline, from_traces
-from profinfer_perfetto.check.graph import graph_diff
-from profinfer_perfetto.check.paired import pair_up
 from profinfer_perfetto.check.rules import Rule, Settings, load_rules
+from profinfer_perfetto.check.runs import read_sides
 from profinfer_perfetto.check.trend import drift_warnings, trends, write_json
 from profinfer_perfetto.check.verdict import compare
 from profinfer_perfetto.commands.options import (
@@ -92,16 +90,13 @@ class CheckCommand:
     def run(self) -> int:
         rules, settings = self.options()
         baseline, traces = self._baseline_paths(), self._traces()
-        if self.paired:
-            base, new = pair_up(baseline, traces, self.engine)
-        else:
-            base = Baseline.load(baseline, self.engine)
-            new = from_traces(traces, self.engine)
+        sides = read_sides(baseline, traces, self.engine, self.paired)
+        base, new = sides.base, sides.new
         if not set(base.samples) & set(new.samples):
             raise ProfinferError(
                 f"{self.trace} and the baseline share no metric: they are not comparable")
         result = compare(base, new, rules, settings, self.paired)
-        result.graph = graph = graph_diff(baseline, traces, self.engine)
+        result.graph = graph = sides.graph
         found = trends(result, base)
         result.warnings += drift_warnings(found, result)
         if self.trend is not None:

@@ -20,8 +20,8 @@ from profinfer_perfetto.check.graph import (
     SAME,
     GraphChange,
     GraphDiff,
-    graph_diff,
 )
+from profinfer_perfetto.check.runs import read_sides
 from profinfer_perfetto.check.verdict import CheckResult
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.errors import ExitCode
@@ -34,6 +34,11 @@ from tests.synthetic import ATTN_NORM, EVENT, MAIN, NORM, WORKER, _event
 
 B = ("--engine", "builtin")
 Q4_0 = synthetic.GGML.types.index("q4_0")
+
+
+def _graph_diff(base: list[Path], new: list[Path], engine: EngineChoice) -> GraphDiff:
+    """What `check` finds of the graphs (check/runs.py reads both sides once)."""
+    return read_sides(base, new, engine).graph
 
 
 def _write(tmp_path: Path, name: str, rec: Recording) -> Path:
@@ -71,7 +76,7 @@ def _unfused() -> Recording:
 def test_runs_of_the_same_graph_timed_differently_are_the_same(tmp_path: Path) -> None:
     base = [_write(tmp_path, f"base{i}", synthetic.decode_run(i)) for i in (1, 2)]
     slower = _write(tmp_path, "slower", synthetic.decode_run(3, slow="MUL_MAT/Qcur", speed=1.3))
-    diff = graph_diff(base, [slower], EngineChoice("builtin"))
+    diff = _graph_diff(base, [slower], EngineChoice("builtin"))
     assert diff.verdict == SAME and not diff.changes and diff.facts > 0
 
 
@@ -120,7 +125,7 @@ def test_a_regression_is_1_even_where_the_graph_changed(cli: Cli, tmp_path: Path
 
 def test_a_fusion_removed_is_named(tmp_path: Path) -> None:
     fused = _write(tmp_path, "fused", synthetic.recording())
-    diff = graph_diff([fused], [_write(tmp_path, "unfused", _unfused())],
+    diff = _graph_diff([fused], [_write(tmp_path, "unfused", _unfused())],
                       EngineChoice("builtin"))
     assert diff.verdict == CHANGED
     assert [c.sentence() for c in diff.changes] == [
@@ -138,7 +143,7 @@ def test_an_op_moved_to_another_backend_is_named(tmp_path: Path) -> None:
     first_graph = np.flatnonzero(rec.events["kind"] == Kind.GRAPH_BEGIN)[0]
     rec.events["aux"][first_graph] = Backend.BLAS  # the prefill step's graph
     base = _write(tmp_path, "base", synthetic.decode_run(1, layers=1))
-    diff = graph_diff([base], [_write(tmp_path, "blas", rec)], EngineChoice("builtin"))
+    diff = _graph_diff([base], [_write(tmp_path, "blas", rec)], EngineChoice("builtin"))
     sentences = [c.sentence() for c in diff.changes]
     assert "ffn_up-0 MUL_MAT in prefill steps: op moved CPU -> BLAS" in sentences
     assert "nodes per CPU graph of a prefill step: 64 -> none" in sentences
@@ -162,7 +167,7 @@ def test_a_run_with_lost_events_is_not_compared(tmp_path: Path) -> None:
     lossy.run.lost_events = 7
     base = _write(tmp_path, "base", synthetic.decode_run(1))
     new = _write(tmp_path, "new", lossy)
-    diff = graph_diff([base], [new], EngineChoice("builtin"))
+    diff = _graph_diff([base], [new], EngineChoice("builtin"))
     assert diff.verdict == NOT_COMPARED
     assert diff.sentence() == (f"the graph was not compared: {new} has 7 events lost, so its "
                                "graph may miss nodes")
