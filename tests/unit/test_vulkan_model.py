@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from profinfer_perfetto.capture.events import NODE, Backend, HostCall, Kind
+from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.names import COPY_ARGS, HOST_CALL_SLICES
 from profinfer_perfetto.model.trace_model import build
@@ -18,7 +19,7 @@ e = synthetic._event
 M = synthetic.MAIN
 
 
-def _vulkan_step() -> synthetic.Recording:
+def _vulkan_step() -> Recording:
     """A decode step (1_000..9_000) whose Vulkan split (2_000..8_000) records node 0 (UP), node
     1 (NORM, with ATTN_NORM fused into it: node 2, sent by the next recording) and node 3 (OUT,
     a view: it records nothing), then the host waits for the device; the step's input is
