@@ -934,7 +934,9 @@ int vk_submit_end(struct pt_regs *ctx) { return host_call(EV_HOST_CALL_END, HOST
 int vk_wait_begin(struct pt_regs *ctx) { return host_call(EV_HOST_CALL_BEGIN, HOST_WAIT, 0); }
 int vk_wait_end(struct pt_regs *ctx) { return host_call(EV_HOST_CALL_END, HOST_WAIT, 0); }
 
-// ggml_backend_vk_buffer_set_tensor / _get_tensor(buffer, tensor, data, offset, size).
+// ggml_backend_vk_buffer_set_tensor / _get_tensor(buffer, tensor, data, offset, size), and the
+// backend's ggml_backend_vk_set_tensor_async / _get_tensor_async(backend, tensor, data, offset,
+// size).
 int vk_to_device_begin(struct pt_regs *ctx) {
     return host_call(EV_HOST_CALL_BEGIN, HOST_TO_DEVICE, PT_REGS_PARM5(ctx));
 }

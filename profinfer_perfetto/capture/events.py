@@ -67,9 +67,11 @@ class HostCall(IntEnum):
     WAIT = 1
     """The host waits for the device to finish (ggml_vk_wait_for_fence)."""
     TO_DEVICE = 2
-    """A copy from the host into a device buffer (ggml_backend_vk_buffer_set_tensor)."""
+    """A copy from the host into a device buffer (ggml_backend_vk_buffer_set_tensor, or the
+    backend's ggml_backend_vk_set_tensor_async)."""
     FROM_DEVICE = 3
-    """A copy from a device buffer to the host (ggml_backend_vk_buffer_get_tensor)."""
+    """A copy from a device buffer to the host (ggml_backend_vk_buffer_get_tensor, or
+    ggml_backend_vk_get_tensor_async)."""
     COPY_ASYNC = 4
     """A tensor copied into a device buffer from another backend's buffer or this device's
     (ggml_backend_vk_cpy_tensor_async), queued with the graph's work."""

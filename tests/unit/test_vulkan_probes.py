@@ -35,10 +35,10 @@ def _fake_vulkan(tmp_path: Path, symbols: list[str]) -> Path:
 def test_each_vulkan_function_gets_an_entry_and_a_return_probe(tmp_path: Path) -> None:
     ggml = build(tmp_path, "gcc-x86-64")
     before = plan_probes([ggml])
-    plan = plan_probes([ggml, _fake_vulkan(tmp_path, list(VULKAN_SYMBOLS.values()))])
+    plan = plan_probes([ggml, _fake_vulkan(tmp_path, [s for _, s in VULKAN_SYMBOLS])])
     vk = sorted((p.fn, p.where, p.ret) for p in plan.probes if p.fn.startswith("vk_"))
     assert vk == sorted((f"{stem}_{end}", symbol, end == "end")
-                        for stem, symbol in VULKAN_SYMBOLS.items() for end in ("begin", "end"))
+                        for stem, symbol in VULKAN_SYMBOLS for end in ("begin", "end"))
     assert plan.traces_vulkan and plan.notes == before.notes
     # Without libggml-vulkan, nothing changes.
     assert not before.traces_vulkan and set(before.probes) == set(plan.probes) - {
@@ -49,9 +49,9 @@ def test_a_missing_vulkan_function_leaves_the_backend_untraced_with_a_note(
         tmp_path: Path) -> None:
     ggml = build(tmp_path, "gcc-x86-64")
     before = plan_probes([ggml])
-    plan = plan_probes([ggml, _fake_vulkan(tmp_path, list(VULKAN_SYMBOLS.values())[:-1])])
+    plan = plan_probes([ggml, _fake_vulkan(tmp_path, [s for _, s in VULKAN_SYMBOLS[:-1]])])
     assert plan.probes == before.probes
     (note,) = set(plan.notes) - set(before.notes)
     assert note.startswith("the Vulkan backend's graphs are not traced: libggml-vulkan.so has "
-                           f"no {list(VULKAN_SYMBOLS.values())[-1]}")
+                           f"no {VULKAN_SYMBOLS[-1][1]}")
 
