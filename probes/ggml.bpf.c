@@ -23,6 +23,9 @@
 //   T_N_SRC          sources a ggml_tensor has (GGML_MAX_SRC)
 //   CGRAPH_N_NODES CPLAN_N_THREADS                           offsets in ggml_cgraph / ggml_cplan
 //   BLAS             1: the BLAS backend's graph splits are probed (blas_graph_begin, blas_call)
+//   VULKAN           1: the Vulkan backend's graph splits, node recordings, submits, waits
+//                    for the device and host-device copies are probed (vk_*); HOST_* name
+//                    those host calls (capture/events.py HostCall)
 //   CGRAPH_NODES     offset of the nodes array in ggml_cgraph
 //   OP_MUL_MAT OP_OUT_PROD  the op ids the BLAS backend runs (with cblas_sgemm)
 //   MAX_BLAS_NODES MAX_BLAS_OPS  a BLAS graph split's nodes looked at, and the MUL_MAT and
@@ -806,6 +809,159 @@ int blas_call(struct pt_regs *ctx) {
     if (e)
         submit(e);
     return 0;
+}
+#endif
+
+#if VULKAN
+// The Vulkan backend (ggml-vulkan) runs a graph split on the calling thread: it records the
+// split's nodes into command buffers one by one (ggml_vk_build_graph, entered for each node
+// not fused into the one before, views and empty nodes too), hands them to the device's queue
+// now and then (ggml_vk_submit, from within a recording) and later waits for the device
+// (ggml_vk_wait_for_fence, from the split or from the backend's synchronize). The split's nodes
+// are described as a CPU graph's are, as it begins; user space makes each recording an op
+// (model/backends.py).
+struct vk_split {
+    u64 nodes;     // the split's node pointers
+    s32 n_nodes;
+    s32 last;      // the index of the node recorded last, -1 for none yet
+};
+BPF_HASH(vk_splits, u32, struct vk_split, MAX_THREADS);  // by calling thread
+
+// The node at `index` of a node array (0 where it cannot be read).
+static __always_inline u64 vk_node_at(u64 nodes, s32 index) {
+    u64 node = 0;
+    bpf_probe_read_user(&node, 8, (const void *)(nodes + (u64)index * 8));
+    return node;
+}
+
+// The last node fused into the node recorded before `index` (0: none): the backend skips the
+// nodes it fused into a recording, so those between the last recording and `index`.
+static __always_inline u64 vk_fused_tail(struct vk_split *split, s32 index) {
+    if (split->last < 0 || index <= split->last + 1)
+        return 0;
+    return vk_node_at(split->nodes, index - 1);
+}
+
+// ggml_backend_vk_graph_compute(backend, cgraph): a split the Vulkan backend runs.
+int vk_graph_begin(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+    const u8 *cgraph = (const u8 *)PT_REGS_PARM2(ctx);
+    struct vk_split split = {.nodes = 0, .n_nodes = 0, .last = -1};
+    bpf_probe_read_user(&split.n_nodes, 4, cgraph + CGRAPH_N_NODES);
+    bpf_probe_read_user(&split.nodes, 8, cgraph + CGRAPH_NODES);
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    vk_splits.update(&tid, &split);
+    struct event *e = begin_event(EV_GRAPH_BEGIN);
+    if (!e)
+        return 0;
+    e->arg0 = (u64)cgraph;
+    e->arg1 = (u32)split.n_nodes | ((u64)1 << 32);  // one thread: the caller's
+    e->aux = BACKEND_VULKAN;
+    u64 ts = e->ts;
+    submit(e);
+#if !AGGREGATE
+    describe_graph(ctx, ts, cgraph, split.n_nodes);  // a tail call: nothing runs after it
+#endif
+    return 0;
+}
+
+// Its return: a graph end whose arg1 is the last node fused into the split's last recording.
+int vk_graph_end(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct vk_split *split = vk_splits.lookup(&tid);
+    struct event *e = begin_event(EV_GRAPH_END);
+    if (!e)
+        return 0;
+    e->arg0 = PT_REGS_RC(ctx);
+    e->aux = BACKEND_VULKAN;
+    if (split) {
+        e->arg1 = vk_fused_tail(split, split->n_nodes);
+        vk_splits.delete(&tid);
+    }
+    submit(e);
+    return 0;
+}
+
+// ggml_vk_build_graph(ctx, cgraph, node_idx, ...): records node `node_idx` of the split.
+int vk_node_begin(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct vk_split *split = vk_splits.lookup(&tid);
+    if (!split)
+        return 0;
+    s32 index = (s32)PT_REGS_PARM3(ctx);
+    struct event *e = begin_event(EV_VK_NODE);
+    if (!e)
+        return 0;
+    e->arg0 = vk_node_at(split->nodes, index);
+    e->arg1 = vk_fused_tail(split, index);
+    e->aux = (u32)index;
+    split->last = index;
+    submit(e);
+    return 0;
+}
+
+int vk_node_end(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+    struct event *e = begin_event(EV_VK_NODE_END);
+    if (!e)
+        return 0;
+    e->arg0 = PT_REGS_RC(ctx) & 0xff;  // a bool
+    submit(e);
+    return 0;
+}
+
+// A host call of the backend begins or returns (`call`: HOST_*), moving `bytes` if it copies.
+static __always_inline int host_call(u8 kind, u32 call, u64 bytes) {
+    if (!tracing())
+        return 0;
+    struct event *e = begin_event(kind);
+    if (!e)
+        return 0;
+    e->aux = call;
+    e->arg0 = bytes;
+    submit(e);
+    return 0;
+}
+
+int vk_submit_begin(struct pt_regs *ctx) { return host_call(EV_HOST_CALL_BEGIN, HOST_SUBMIT, 0); }
+int vk_submit_end(struct pt_regs *ctx) { return host_call(EV_HOST_CALL_END, HOST_SUBMIT, 0); }
+int vk_wait_begin(struct pt_regs *ctx) { return host_call(EV_HOST_CALL_BEGIN, HOST_WAIT, 0); }
+int vk_wait_end(struct pt_regs *ctx) { return host_call(EV_HOST_CALL_END, HOST_WAIT, 0); }
+
+// ggml_backend_vk_buffer_set_tensor / _get_tensor(buffer, tensor, data, offset, size), and the
+// backend's ggml_backend_vk_set_tensor_async / _get_tensor_async(backend, tensor, data, offset,
+// size).
+int vk_to_device_begin(struct pt_regs *ctx) {
+    return host_call(EV_HOST_CALL_BEGIN, HOST_TO_DEVICE, PT_REGS_PARM5(ctx));
+}
+int vk_to_device_end(struct pt_regs *ctx) {
+    return host_call(EV_HOST_CALL_END, HOST_TO_DEVICE, 0);
+}
+int vk_from_device_begin(struct pt_regs *ctx) {
+    return host_call(EV_HOST_CALL_BEGIN, HOST_FROM_DEVICE, PT_REGS_PARM5(ctx));
+}
+int vk_from_device_end(struct pt_regs *ctx) {
+    return host_call(EV_HOST_CALL_END, HOST_FROM_DEVICE, 0);
+}
+
+// ggml_backend_vk_cpy_tensor_async(backend_src, backend_dst, src, dst): the bytes of `src`,
+// a contiguous tensor (the scheduler's copies of a split's inputs): ne[3] * nb[3].
+int vk_copy_async_begin(struct pt_regs *ctx) {
+    const u8 *src = (const u8 *)PT_REGS_PARM3(ctx);
+    s64 ne3 = 0;
+    u64 nb3 = 0;
+    bpf_probe_read_user(&ne3, 8, src + T_NE + 24);
+    bpf_probe_read_user(&nb3, 8, src + T_NB + 24);
+    return host_call(EV_HOST_CALL_BEGIN, HOST_COPY_ASYNC, (u64)ne3 * nb3);
+}
+int vk_copy_async_end(struct pt_regs *ctx) {
+    return host_call(EV_HOST_CALL_END, HOST_COPY_ASYNC, 0);
 }
 #endif
 

@@ -115,14 +115,28 @@ CLANG_CMAKE_FLAGS = (
 (bin/libggml-cpu.so) that ggml dlopens at run time (GGML_BACKEND_DL), without OpenMP."""
 
 
+VULKAN_CMAKE_FLAGS = ("-DGGML_VULKAN=ON",)
+"""The "vulkan" build: the shared build with ggml's Vulkan backend (setup.sh adds the headers)."""
+VULKAN_HEADERS = CACHE / "vulkan-headers"
+"""Trixie's Vulkan headers (scripts/vulkan_headers.sh): bookworm's are too old for ggml-vulkan."""
+
+
+def vulkan_env() -> dict[str, str]:
+    """What a run of the "vulkan" build needs here, beside os.environ: ggml-vulkan skips
+    CPU-type devices such as Mesa's lavapipe (the only Vulkan device of a machine without a
+    GPU) unless GGML_VK_VISIBLE_DEVICES names them, and Mesa keeps the compiled pipelines in
+    MESA_SHADER_CACHE_DIR, so only the first run ever pays for compiling them (about 40 s)."""
+    return {"GGML_VK_VISIBLE_DEVICES": "0", "MESA_SHADER_CACHE_DIR": str(CACHE / "mesa-cache")}
+
+
 OTHER_BUILDS = ("arm64", "arm64-bti", "clang")
 """The builds of another compiler or architecture than the gcc x86-64 ones: the same source."""
 
 
 def bin_dir(build: str = "shared") -> Path:
     """The tools of a build: "shared" (libggml-*.so beside them), "static" (one executable),
-    "blas" (shared, with the BLAS backend), "arm64" and "arm64-bti" (shared, for aarch64) or
-    "clang" (shared, libggml-cpu.so dlopened)."""
+    "blas" (shared, with the BLAS backend), "arm64" and "arm64-bti" (shared, for aarch64),
+    "clang" (shared, libggml-cpu.so dlopened) or "vulkan" (shared, with the Vulkan backend)."""
     return LLAMA_DIR / f"build-{build}" / "bin"
 
 
@@ -150,12 +164,14 @@ def variables() -> dict[str, Path | str]:
         "LLAMA_ARM64_CMAKE_FLAGS": " ".join(ARM64_CMAKE_FLAGS),
         "LLAMA_ARM64_BTI_FLAGS": ARM64_BTI_FLAGS,
         "LLAMA_CLANG_CMAKE_FLAGS": " ".join(CLANG_CMAKE_FLAGS),
+        "LLAMA_VULKAN_CMAKE_FLAGS": " ".join(VULKAN_CMAKE_FLAGS),
+        "VULKAN_HEADERS": VULKAN_HEADERS,
         "LLAMA_OLD_VERSION": OLD_VERSION,
         "LLAMA_OLD_DIR": VERSIONS[OLD_VERSION].dir,
         "LLAMA_OLD_TOOL": VERSIONS[OLD_VERSION].tool,
         "LLAMA_OLD_CMAKE_FLAGS": " ".join(VERSIONS[OLD_VERSION].cmake_flags),
     }
-    for build in ("shared", "static", "blas", "arm64", "arm64-bti", "clang"):
+    for build in ("shared", "static", "blas", "arm64", "arm64-bti", "clang", "vulkan"):
         out[f"LLAMA_{build.upper().replace('-', '_')}_BIN"] = bin_dir(build)
     for name in ("tiny-llama", "tiny-qwen3moe", "tiny-mixtral", "medium-llama",
                  "medium-qwen3moe", "gemma-3-270m"):

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Set up a Debian 12 machine (as root) for profinfer-perfetto, idempotently:
 #   1. Debian packages: BCC, kernel headers, bpftrace, binutils, C++ toolchains (g++, clang,
-#      and g++ for aarch64), graphviz, OpenBLAS, qemu and what scripts/guest.sh builds its
-#      emulated machines with (it builds and caches them when first asked)
+#      and g++ for aarch64), graphviz, OpenBLAS, Vulkan's compiler, headers and Mesa's software
+#      GPU, qemu and what scripts/guest.sh builds its emulated machines with (it builds and
+#      caches them when first asked)
 #   2. what BCC needs at run time: the headers link for the running kernel, tracefs
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared, static and BLAS builds, and an
 #      older version's shared build for the version matrix, and three more shared builds of the
 #      current version: for arm64 (cross-compiled, plain and with BTI/PAC) and made with clang
-#      with the CPU backend dlopened (cached); the sdist's wheel in a venv of its own (llama.cpp
+#      with the CPU backend dlopened, and with the Vulkan backend (cached); the sdist's wheel in a venv of its own (llama.cpp
 #      loaded by Python)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
 #   6. trace_processor: the perfetto API's pinned binary, where a network allows (cached)
@@ -22,7 +23,8 @@ packages=(bpfcc-tools python3-bpfcc python3-venv linux-headers-amd64 bpftrace bi
           cmake g++ make libgomp1 ca-certificates numactl graphviz libopenblas-dev clang
           gcc-aarch64-linux-gnu g++-aarch64-linux-gnu binutils-aarch64-linux-gnu
           qemu-system-arm qemu-system-x86 cpio xz-utils zstd e2fsprogs util-linux
-          debian-archive-keyring)
+          debian-archive-keyring glslc libvulkan-dev spirv-headers mesa-vulkan-drivers
+          vulkan-tools)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -115,6 +117,12 @@ CFLAGS="$LLAMA_ARM64_BTI_FLAGS" CXXFLAGS="$LLAMA_ARM64_BTI_FLAGS" build_llama "$
     llama-completion llama-eval-callback
 build_llama "$LLAMA_DIR" clang ON "$LLAMA_CMAKE_FLAGS $LLAMA_CLANG_CMAKE_FLAGS" 19 2 \
     llama-completion llama-eval-callback
+# The shared build with ggml's Vulkan backend (it runs here on Mesa's lavapipe, a software GPU:
+# scripts/assets.py's vulkan_env), compiled against trixie's Vulkan headers. Niced too.
+vulkan_include=$(scripts/vulkan_headers.sh "$VULKAN_HEADERS")
+build_llama "$LLAMA_DIR" vulkan ON \
+    "$LLAMA_CMAKE_FLAGS $LLAMA_VULKAN_CMAKE_FLAGS -DVulkan_INCLUDE_DIR=$vulkan_include" 19 2 \
+    llama-completion llama-bench llama-eval-callback
 
 # 4b. llama-cpp-python's wheel from the same sdist, in a venv of its own: llama.cpp as Python
 #     programs load it (ctypes dlopen), for the tests of `record -- python ...`.

@@ -43,6 +43,27 @@ BLAS_GRAPH = "ggml_backend_blas_graph_compute"
 """The BLAS backend's graph loop (a file-local C++ function, found through `.symtab`)."""
 BLAS_CALL = "cblas_sgemm"
 """What the BLAS backend's MUL_MAT and OUT_PROD nodes call, in any CBLAS library."""
+VULKAN_GRAPH = "ggml_backend_vk_graph_compute"
+"""The Vulkan backend's graph split (a file-local C++ function of libggml-vulkan)."""
+VULKAN_SYMBOLS = (
+    ("vk_graph", "_ZL29ggml_backend_vk_graph_computeP12ggml_backendP11ggml_cgraph"),
+    ("vk_node",
+     "_Z19ggml_vk_build_graphP23ggml_backend_vk_contextP11ggml_cgraphiP11ggml_tensoribbb"),
+    ("vk_submit", "_Z14ggml_vk_submitRSt10shared_ptrI17vk_context_structEN2vk5FenceE"),
+    ("vk_wait", "_Z22ggml_vk_wait_for_fenceP23ggml_backend_vk_context"),
+    ("vk_to_device",
+     "_Z33ggml_backend_vk_buffer_set_tensorP19ggml_backend_bufferP11ggml_tensorPKvmm"),
+    ("vk_to_device", "_ZL32ggml_backend_vk_set_tensor_asyncP12ggml_backendP11ggml_tensorPKvmm"),
+    ("vk_from_device",
+     "_Z33ggml_backend_vk_buffer_get_tensorP19ggml_backend_bufferPK11ggml_tensorPvmm"),
+    ("vk_from_device",
+     "_ZL32ggml_backend_vk_get_tensor_asyncP12ggml_backendPK11ggml_tensorPvmm"),
+    ("vk_copy_async", "_ZL32ggml_backend_vk_cpy_tensor_asyncP12ggml_backendS0_PK11ggml_tensorPS1_"),
+)
+"""The Vulkan backend's probed functions, each with the stem of its probes' names (`vk_graph`:
+vk_graph_begin and vk_graph_end; a buffer's copy and the backend's asynchronous one share
+theirs: both take the bytes fifth): .symtab's mangled C++ names of llama.cpp 0.3.36's, matched
+exactly, so that the probe and what it reads agree (gcc's `.cold` twin of each is no entry)."""
 TOKEN_SYMBOLS = {"llama_decode": "decode_begin", "llama_encode": "encode_begin",
                  "llama_process": "process_begin"}
 
@@ -71,6 +92,11 @@ class ProbePlan:
     def traces_blas(self) -> bool:
         """Whether the BLAS backend's graph splits are probed."""
         return any(p.fn == "blas_graph_begin" for p in self.probes)
+
+    @property
+    def traces_vulkan(self) -> bool:
+        """Whether the Vulkan backend's graph splits are probed."""
+        return any(p.fn == "vk_graph_begin" for p in self.probes)
 
     @property
     def sees_graph_builds(self) -> bool:
@@ -248,6 +274,22 @@ def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list
     return probes
 
 
+def _vulkan_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:
+    """The Vulkan backend's graph splits, node recordings, submits, waits and copies: each
+    function's entry and return, or none where one of them is not there (another version)."""
+    vk_file = next((f for f in files if f.function_named(VULKAN_GRAPH)), None)
+    if vk_file is None:
+        return []
+    missing = [s for _, s in VULKAN_SYMBOLS if s not in vk_file.symbols]
+    if missing or not ggml.runtime.cgraph_nodes:
+        why = (f"{vk_file.path.name} has no {missing[0]} (another version)" if missing
+               else "this build has no ggml_graph_node to say where a graph keeps its nodes")
+        notes.append(f"the Vulkan backend's graphs are not traced: {why}")
+        return []
+    return [_entry(vk_file, symbol, f"{stem}_{end}", ret=end == "end")
+            for stem, symbol in VULKAN_SYMBOLS for end in ("begin", "end")]
+
+
 def _op_entry(files: list[ElfFile], names: list[str]) -> tuple[str, ElfFile]:
     """The op entry the probes trace and the file that defines it: the CPU backend's exported
     one, or the older, local ggml_compute_forward beside ggml_graph_compute."""
@@ -322,6 +364,7 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
 
     probes += _token_probes(files, ggml, notes)
     probes += _blas_probes(files, ggml, notes)
+    probes += _vulkan_probes(files, ggml, notes)
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
         notes.append("no llama_decode in the target: no token steps, graphs only")
     return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name)

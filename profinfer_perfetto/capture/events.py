@@ -40,6 +40,15 @@ class Kind(IntEnum):
     share of the input): the thread waits for the others within the op."""
     INNER_WAIT_END = 11
     """That call's return."""
+    VK_NODE = 12
+    """ggml_vk_build_graph's entry: the Vulkan backend records node `arg0` (its index in the
+    split, `aux`); `arg1`: the last node fused into the node it recorded before (0: none)."""
+    VK_NODE_END = 13
+    """Its return (`arg0`: whether it recorded the node)."""
+    HOST_CALL_BEGIN = 14
+    """A GPU backend's host call begins (`aux`: HostCall; `arg0`: a copy's bytes)."""
+    HOST_CALL_END = 15
+    """Its return (`aux`: HostCall)."""
 
 
 class Backend(IntEnum):
@@ -47,6 +56,25 @@ class Backend(IntEnum):
 
     CPU = 0
     BLAS = 1
+    VULKAN = 2
+
+
+class HostCall(IntEnum):
+    """What a GPU backend's host call does (a HOST_CALL_BEGIN's aux)."""
+
+    SUBMIT = 0
+    """Command buffers handed to the device's queue (ggml_vk_submit)."""
+    WAIT = 1
+    """The host waits for the device to finish (ggml_vk_wait_for_fence)."""
+    TO_DEVICE = 2
+    """A copy from the host into a device buffer (ggml_backend_vk_buffer_set_tensor, or the
+    backend's ggml_backend_vk_set_tensor_async)."""
+    FROM_DEVICE = 3
+    """A copy from a device buffer to the host (ggml_backend_vk_buffer_get_tensor, or
+    ggml_backend_vk_get_tensor_async)."""
+    COPY_ASYNC = 4
+    """A tensor copied into a device buffer from another backend's buffer or this device's
+    (ggml_backend_vk_cpy_tensor_async), queued with the graph's work."""
 
 
 BATCH_SCAN = 2048

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.capture import abi
+from profinfer_perfetto.capture.events import HostCall
 from profinfer_perfetto.capture.selection import Selection
 
 REFRESH_EVERY = 32
@@ -50,7 +51,7 @@ def probe_source(name: str = "ggml.bpf.c") -> str:
 
 
 def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, selection: Selection,
-                  graph_builds: bool, blas: bool) -> dict[str, int | str]:
+                  graph_builds: bool, blas: bool, vulkan: bool) -> dict[str, int | str]:
     """What this recording's program is built for: the target's struct offsets, the sizes of
     the rings and tables, and the selection."""
     layout, runtime = ggml.layout, ggml.runtime
@@ -76,6 +77,8 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "CGRAPH_N_NODES": runtime.cgraph_n_nodes,
         "CPLAN_N_THREADS": runtime.cplan_n_threads,
         "BLAS": int(blas),
+        "VULKAN": int(vulkan),
+        **{f"HOST_{call.name}": call.value for call in HostCall},
         "CGRAPH_NODES": runtime.cgraph_nodes,
         "OP_MUL_MAT": ggml.op_id("MUL_MAT"),
         "OP_OUT_PROD": ggml.op_id("OUT_PROD"),
@@ -109,8 +112,9 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
 
 
 def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
-                 selection: Selection, graph_builds: bool, blas: bool = False) -> str:
+                 selection: Selection, graph_builds: bool, blas: bool = False,
+                 vulkan: bool = False) -> str:
     """The exact program BCC compiles (and `record --ebpf` prints)."""
-    build = _build_defines(ggml, counters, rings, selection, graph_builds, blas)
+    build = _build_defines(ggml, counters, rings, selection, graph_builds, blas, vulkan)
     return (abi.c_defines(build) + abi.header() + probe_source()
             + abi.layout_checks(abi.structs(len(counters))))

@@ -364,7 +364,8 @@ def _sched_probes(request: RecordRequest, pid: int
 def program_of(request: RecordRequest, probe_plan: ProbePlan) -> str:
     """The BPF program a recording compiles (and `record --ebpf` prints)."""
     return program_text(probe_plan.ggml, list(request.counters), request.rings,
-                        request.selection, probe_plan.sees_graph_builds, probe_plan.traces_blas)
+                        request.selection, probe_plan.sees_graph_builds, probe_plan.traces_blas,
+                        probe_plan.traces_vulkan)
 
 
 def _session(request: RecordRequest, probe_plan: ProbePlan) -> ProbeSession:

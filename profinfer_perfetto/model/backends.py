@@ -10,8 +10,11 @@ probes send (thread 0 of 1, counters read at those same moments), so the rest of
 treats every backend's ops alike. A split whose calls do not add up to its nodes' planes (a node
 not described, more nodes than the probe describes) keeps no ops: they count as dropped.
 
-A GPU backend adds its host side the same way: a probe on its graph_compute sends the split's
-nodes, one on its launch or copy calls cuts it (docs/internals.md).
+The Vulkan backend (ggml-vulkan) records a split's nodes into command buffers on the calling
+thread, one ggml_vk_build_graph call per node it does not fuse into the one before (views and
+empty nodes too, recording nothing), and the device runs them later. Its probes describe the
+split's nodes as it begins and send each call's entry (VK_NODE) and return (VK_NODE_END): the
+host's side of each node is an op of its own, from the call's entry to its return.
 """
 
 from __future__ import annotations
@@ -22,11 +25,17 @@ from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.capture.events import Backend, Kind
 from profinfer_perfetto.model.lookup import last_descriptor
 
+VULKAN_NAME = "Vulkan0"
+"""The Vulkan backend's name for its first device: the probes do not read which device a split
+ran on, so a run on several devices shows them all as the first."""
+
 
 def backend_name(ggml: GgmlInfo, backend: int) -> str:
     """A graph's backend, by the name the backend gives itself."""
     if backend == Backend.BLAS:
         return ggml.runtime.blas_backend or "BLAS"
+    if backend == Backend.VULKAN:
+        return VULKAN_NAME
     return "CPU"
 
 
@@ -81,3 +90,29 @@ def blas_ops(events: np.ndarray, descriptors: np.ndarray, ggml: GgmlInfo
     out = np.concatenate([events[kept], ops])
     position = np.concatenate([kept.astype(np.float64), [m[1] for m in made]])
     return out[np.argsort(position, kind="stable")], dropped
+
+
+def vulkan_ops(events: np.ndarray) -> np.ndarray:
+    """`events` (sorted by thread, then time) with the Vulkan splits' node recordings turned into
+    op events, still sorted. A recording's entry begins an op (thread 0 of 1); its return ends
+    the op's work and the op at once (a barrier, then an op skip: the backend's loop between
+    two recordings is no wait). The last node fused into a recording, which the next recording
+    or the split's end sends, is the op's fused second node."""
+    kinds = events["kind"]
+    nodes = np.flatnonzero(kinds == Kind.VK_NODE)
+    if len(nodes) == 0:
+        return events
+    ends = np.flatnonzero(kinds == Kind.VK_NODE_END)
+    marks = np.flatnonzero((kinds == Kind.VK_NODE)
+                           | ((kinds == Kind.GRAPH_END) & (events["aux"] == Backend.VULKAN)))
+    after = np.searchsorted(marks, nodes) + 1
+    mark = marks[np.minimum(after, len(marks) - 1)]
+    told = (after < len(marks)) & (events["tid"][mark] == events["tid"][nodes])
+    out = events.copy()
+    out["arg1"][nodes] = np.where(told, events["arg1"][mark], 0)
+    out["kind"][nodes], out["ith"][nodes], out["aux"][nodes] = Kind.OP_BEGIN, 0, 1
+    out["kind"][ends], out["arg0"][ends] = Kind.BARRIER, 0
+    skips = out[ends]
+    skips["kind"] = Kind.OP_SKIP
+    position = np.concatenate([np.arange(len(out), dtype=np.float64), ends + 0.5])
+    return np.concatenate([out, skips])[np.argsort(position, kind="stable")]

@@ -22,9 +22,12 @@ from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.backends import backend_name
 from profinfer_perfetto.model.names import (
     BUILD_ID_ARG,
+    COPY_ARGS,
+    COPY_DIRECTIONS,
     CPU_ARG,
     GENERATE_SLICE,
     GRAPH_ARGS,
+    HOST_CALL_SLICES,
     INNER_WAIT_SLICE,
     NODE_ARG,
     NODE_ARGS,
@@ -56,6 +59,9 @@ from profinfer_perfetto.model.work import op_work, role
 ArgValue = int | float | str | bool
 Args = tuple[tuple[str, ArgValue], ...]
 T = TypeVar("T")
+HOST_CALL_DEPTH = 4
+"""Where a host call's slice sorts among slices that begin or end at the same time: below an
+op's (1 or 2) and the waits inside it."""
 
 
 class TrackKind(IntEnum):
@@ -335,6 +341,7 @@ class _LayoutBuilder:
         self.token_steps(thread)
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
+        self.host_calls(thread)
         self.expert_routing()
         self.sequences()
         self.tokens_per_second()
@@ -462,6 +469,22 @@ class _LayoutBuilder:
                 self.rows.slices(track[inner[:, 0]], inner[:, 1], inner[:, 2], d + 1,
                                  self.strings(INNER_WAIT_SLICE))
         return begin_rows, end_rows
+
+    def host_calls(self, thread: dict[int, int]) -> None:
+        """A GPU backend's submits, waits for the device and copies (a copy's with its bytes and
+        direction), on their threads, below whatever holds them."""
+        calls = self.model.host_calls
+        if calls is None:
+            return
+        bytes_arg, direction_arg = COPY_ARGS
+        names, args = [], []
+        for call, nbytes in zip(calls.aux.tolist(), calls.arg0.tolist(), strict=True):
+            names.append(self.strings(HOST_CALL_SLICES[call]))
+            direction = COPY_DIRECTIONS.get(call)
+            args.append(-1 if direction is None
+                        else self.arg_set(((bytes_arg, nbytes), (direction_arg, direction))))
+        self.rows.slices([thread[t] for t in calls.tid.tolist()], calls.begin, calls.end,
+                         HOST_CALL_DEPTH, names, args)
 
     def _description(self, node: int, fused: int) -> tuple[int, int]:
         """The name and description ids of a node (or fused pair) by what its descriptors say

@@ -10,6 +10,8 @@ layout writes.
 
 from __future__ import annotations
 
+from profinfer_perfetto.capture.events import HostCall
+
 RECORDING_TRACK = "profinfer-perfetto"
 RECORD_SLICE = "record"
 """The recording itself: status, losses, settings, probe costs."""
@@ -52,6 +54,23 @@ STEP_ARGS = ("phase", "n_tokens", "sequences", "pos", "step", "complete")
 """A token step slice's args (named by its phase, PHASES): `pos` only where the batch says it."""
 GRAPH_ARGS = ("graph", "backend", "token_step", "n_nodes", "n_threads", "complete")
 """A graph slice's args."""
+HOST_CALL_SLICES = {
+    HostCall.SUBMIT: "submit",
+    HostCall.WAIT: "wait for device",
+    HostCall.TO_DEVICE: "copy to device",
+    HostCall.FROM_DEVICE: "copy from device",
+    HostCall.COPY_ASYNC: "copy async",
+}
+"""A GPU backend's host calls, each a slice on its thread inside whatever holds it: an op (the
+Vulkan backend submits while it records a node), a graph or a token step."""
+COPY_ARGS = ("copy_bytes", "direction")
+"""A copy's slice's args: its bytes and COPY_DIRECTIONS's direction."""
+COPY_DIRECTIONS = {
+    HostCall.TO_DEVICE: "host_to_device",
+    HostCall.FROM_DEVICE: "device_to_host",
+    HostCall.COPY_ASYNC: "to_device",
+}
+"""Which way a copy goes (an async copy's source is another backend's buffer or the device's)."""
 BUILD_ID_ARG = "ggml_build_id"
 RECORD_ARGS = ("status", "complete", "events", "events_lost", "nodes_lost", "ops_dropped",
                "recorder_cpu_ms", "tool", "ggml_version", "ggml_commit", BUILD_ID_ARG,

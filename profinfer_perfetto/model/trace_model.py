@@ -27,11 +27,12 @@ from profinfer_perfetto.capture.events import (
     ROUTE_EXPERTS,
     ROUTE_TOKENS,
     UNKNOWN_POS,
+    HostCall,
     Kind,
     TokenEntry,
 )
 from profinfer_perfetto.capture.run import Recording, Run, Scheduling
-from profinfer_perfetto.model.backends import blas_ops
+from profinfer_perfetto.model.backends import blas_ops, vulkan_ops
 from profinfer_perfetto.model.lookup import last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.work import auto_named
@@ -204,6 +205,9 @@ class TraceModel:
     inner_waits: np.ndarray = field(default_factory=lambda: np.empty((0, 3), np.int64))
     """(n, 3): op index, begin, end of each wait at a barrier inside an op's own function (a
     matmul's threads wait there for each other): part of the op's work, drawn within it."""
+    host_calls: Spans | None = None
+    """A GPU backend's host calls (submits, waits for the device, copies; `aux`: HostCall,
+    `arg0`: a copy's bytes)."""
 
     @property
     def sched_records(self) -> int:
@@ -246,7 +250,8 @@ class TraceModel:
 
     def thread_ids(self) -> list[int]:
         tids = set(self.run.threads) | set(self.ops.tid.tolist()) | set(self.tokens.tid.tolist())
-        return sorted(tids | set(self.graphs.tid.tolist()))
+        tids |= set(self.graphs.tid.tolist())
+        return sorted(tids | set([] if self.host_calls is None else self.host_calls.tid.tolist()))
 
 
 def layer_of(tensor_name: str) -> int:
@@ -345,7 +350,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     """The model of a recording (of a whole run, or of a chunk that continues `cont`)."""
     run, events = recording.run, recording.events
     order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
-    events, uncut = blas_ops(events[order], recording.nodes, run.ggml)
+    events, uncut = blas_ops(vulkan_ops(events[order]), recording.nodes, run.ggml)
     tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, run.end_ns)
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, run.end_ns)
     nodes, auto = _nodes(events, recording.nodes, graphs)
@@ -369,7 +374,18 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
         step_runs=_step_runs(recording.batches, tokens),
         cont=cont or Continuation(),
         inner_waits=_inner_waits(events, ops),
+        host_calls=_host_calls(events, run.end_ns),
     )
+
+
+def _host_calls(events: np.ndarray, end_ns: int) -> Spans:
+    """A GPU backend's host calls, each call's begin paired with its next return of the same
+    call on its thread (calls nest: a copy may submit), in time order."""
+    calls = [_spans(events[events["aux"] == c], Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END,
+                    end_ns) for c in HostCall]
+    merged = {f: np.concatenate([getattr(c, f) for c in calls]) for f in vars(calls[0])}
+    order = np.argsort(merged["begin"], kind="stable")
+    return Spans(**{f: v[order] for f, v in merged.items()})
 
 
 def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans
