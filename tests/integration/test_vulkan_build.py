@@ -31,9 +31,11 @@ def completion(name: str, layers: int, tokens: int) -> list[str]:
 
 
 def test_the_device_completes_the_prompt_as_the_cpu_does() -> None:
+    # Verbosity 4: llama.cpp's model loading says how many layers went to the device.
+    env = {**os.environ, **assets.vulkan_env(), "LLAMA_ARG_LOG_VERBOSITY": "4"}
     runs = {layers: subprocess.run(completion("gemma-3-270m", layers, 8), capture_output=True,
-                                   text=True, env={**os.environ, **assets.vulkan_env()},
-                                   stdin=subprocess.DEVNULL, timeout=600, check=False)
+                                   text=True, env=env, stdin=subprocess.DEVNULL, timeout=600,
+                                   check=False)
             for layers in (0, 99)}
     for run in runs.values():
         assert run.returncode == 0, run.stderr[-2000:]
