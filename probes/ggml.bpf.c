@@ -963,6 +963,50 @@ int vk_copy_async_begin(struct pt_regs *ctx) {
 int vk_copy_async_end(struct pt_regs *ctx) {
     return host_call(EV_HOST_CALL_END, HOST_COPY_ASYNC, 0);
 }
+
+// With GGML_VK_PERF_LOGGER set (record --gpu-timestamps) the backend writes a GPU timestamp
+// query as each split begins and after each node it records, then, the split waited for, reads
+// them all with the Vulkan loader's vkGetQueryPoolResults(device, pool, first, count,
+// data_size, data, stride, flags) (stride 8: 64-bit values). Its return sends each value read
+// (VK_TIMESTAMP: the value, its index, how many), up to MAX_VK_QUERIES of them.
+#define MAX_VK_QUERIES 2048
+struct vk_query {
+    u64 data;
+    u32 count;
+};
+BPF_HASH(vk_queries, u32, struct vk_query, MAX_THREADS);  // by calling thread
+
+int vk_query_begin(struct pt_regs *ctx) {
+    if (!tracing())
+        return 0;
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct vk_query query = {.data = PT_REGS_PARM6(ctx), .count = (u32)PT_REGS_PARM4(ctx)};
+    vk_queries.update(&tid, &query);
+    return 0;
+}
+
+int vk_query_end(struct pt_regs *ctx) {
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct vk_query *query = vk_queries.lookup(&tid);
+    if (!query)
+        return 0;
+    struct vk_query got = *query;
+    vk_queries.delete(&tid);
+    if (!tracing() || PT_REGS_RC(ctx) != 0)  // VK_SUCCESS only: else the values are not there
+        return 0;
+    for (u32 i = 0; i < MAX_VK_QUERIES; i++) {
+        if (i >= got.count)
+            break;
+        struct event *e = begin_event(EV_VK_TIMESTAMP);
+        if (!e)
+            return 0;
+        bpf_probe_read_user(&e->arg0, 8, (const void *)(got.data + (u64)i * 8));
+        e->arg1 = got.count;
+        e->aux = i;
+        submit(e);
+    }
+    return 0;
+}
 #endif
 
 // A return of a graph or token function, with its return value.

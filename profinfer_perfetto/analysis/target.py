@@ -64,6 +64,10 @@ VULKAN_SYMBOLS = (
 vk_graph_begin and vk_graph_end; a buffer's copy and the backend's asynchronous one share
 theirs: both take the bytes fifth): .symtab's mangled C++ names of llama.cpp 0.3.36's, matched
 exactly, so that the probe and what it reads agree (gcc's `.cold` twin of each is no entry)."""
+VULKAN_QUERY = "vkGetQueryPoolResults"
+"""What the Vulkan backend reads its GPU timestamps back with (GGML_VK_PERF_LOGGER): the
+loader's exported entry, which ggml-vulkan's dispatcher (loaded through vkGetInstanceProcAddr)
+calls."""
 TOKEN_SYMBOLS = {"llama_decode": "decode_begin", "llama_encode": "encode_begin",
                  "llama_process": "process_begin"}
 
@@ -97,6 +101,11 @@ class ProbePlan:
     def traces_vulkan(self) -> bool:
         """Whether the Vulkan backend's graph splits are probed."""
         return any(p.fn == "vk_graph_begin" for p in self.probes)
+
+    @property
+    def times_vulkan(self) -> bool:
+        """Whether the Vulkan backend's GPU timestamps are read (record --gpu-timestamps)."""
+        return any(p.fn == "vk_query_end" for p in self.probes)
 
     @property
     def sees_graph_builds(self) -> bool:
@@ -276,7 +285,8 @@ def _blas_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list
 
 def _vulkan_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> list[Probe]:
     """The Vulkan backend's graph splits, node recordings, submits, waits and copies: each
-    function's entry and return, or none where one of them is not there (another version)."""
+    function's entry and return, or none where one of them is not there (another version);
+    and the loader's vkGetQueryPoolResults, where the target's libraries have it."""
     vk_file = next((f for f in files if f.function_named(VULKAN_GRAPH)), None)
     if vk_file is None:
         return []
@@ -286,8 +296,12 @@ def _vulkan_probes(files: list[ElfFile], ggml: GgmlInfo, notes: list[str]) -> li
                else "this build has no ggml_graph_node to say where a graph keeps its nodes")
         notes.append(f"the Vulkan backend's graphs are not traced: {why}")
         return []
+    query_file = _defining(files, VULKAN_QUERY)
+    queries = [] if query_file is None else [
+        _entry(query_file, VULKAN_QUERY, f"vk_query_{end}", ret=end == "end")
+        for end in ("begin", "end")]
     return [_entry(vk_file, symbol, f"{stem}_{end}", ret=end == "end")
-            for stem, symbol in VULKAN_SYMBOLS for end in ("begin", "end")]
+            for stem, symbol in VULKAN_SYMBOLS for end in ("begin", "end")] + queries
 
 
 def _op_entry(files: list[ElfFile], names: list[str]) -> tuple[str, ElfFile]:

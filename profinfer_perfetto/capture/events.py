@@ -49,6 +49,9 @@ class Kind(IntEnum):
     """A GPU backend's host call begins (`aux`: HostCall; `arg0`: a copy's bytes)."""
     HOST_CALL_END = 15
     """Its return (`aux`: HostCall)."""
+    VK_TIMESTAMP = 16
+    """A GPU timestamp the Vulkan backend read back after a split (record --gpu-timestamps):
+    `arg0` the device's value (ticks), `aux` its query's index, `arg1` how many it read."""
 
 
 class Backend(IntEnum):

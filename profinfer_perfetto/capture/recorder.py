@@ -70,6 +70,17 @@ BARRIER_PROBES = frozenset({"barrier_enter"}) | INNER_WAIT_PROBES
 OP_PROBES = frozenset({"op_begin", "fused_op_begin"}) | BARRIER_PROBES
 
 
+GPU_TIMESTAMPS_ENV = {"GGML_VK_PERF_LOGGER": "1"}
+"""What makes ggml-vulkan time each node it records with GPU timestamp queries (read at run
+time: a barrier after each node, each split waited for, per-split totals on stderr)."""
+
+
+GPU_TIMESTAMPS_NOTE = (
+    "--gpu-timestamps: the device times come from the Vulkan backend's own GPU timestamp "
+    "queries (GGML_VK_PERF_LOGGER), which add a barrier after each op and wait for each split: "
+    "ops run slower than without them")
+
+
 @dataclass(frozen=True)
 class RecordRequest:
     command: list[str] | None = None
@@ -85,6 +96,13 @@ class RecordRequest:
     """This machine's roofs (machine/peaks.py), written into the trace for `roofline`."""
     peaks_note: str | None = None
     """Where no roofs were found, where they were looked for (a note of the run)."""
+    gpu_timestamps: bool = False
+    """Run the command with the Vulkan backend's GPU timestamps on (GPU_TIMESTAMPS_ENV) and
+    read them back (a launched command whose libraries have the Vulkan backend)."""
+
+    def environment(self) -> dict[str, str] | None:
+        """The launched command's environment: the recorder's, with what the request adds."""
+        return {**os.environ, **GPU_TIMESTAMPS_ENV} if self.gpu_timestamps else None
 
 
 def plan(request: RecordRequest) -> ProbePlan | None:
@@ -93,10 +111,21 @@ def plan(request: RecordRequest) -> ProbePlan | None:
     extra, inner = list(request.libs), request.selection.inner_waits
     if request.command:
         objects = target.objects_of_command(request.command, extra)
-        return target.plan_probes(objects, inner) if target.runtime_in(objects) else None
+        if not target.runtime_in(objects):
+            return None
+        return _timed(request, target.plan_probes(objects, inner))
     if request.pid is None:
         raise ProfinferError("give a command to run or --pid of a running process")
     return target.plan_probes(target.objects_of_process(request.pid, extra), inner)
+
+
+def _timed(request: RecordRequest, probe_plan: ProbePlan) -> ProbePlan:
+    """The plan, checked to read the GPU timestamps that --gpu-timestamps asks for."""
+    if request.gpu_timestamps and not probe_plan.times_vulkan:
+        raise ProfinferError("--gpu-timestamps needs ggml's Vulkan backend and the Vulkan "
+                             f"loader's {target.VULKAN_QUERY} in the command's libraries: "
+                             "this command has no such backend")
+    return probe_plan
 
 
 def require_root() -> None:
@@ -134,13 +163,15 @@ os.execvp(sys.argv[2], sys.argv[2:])
 """
 
 
-def _launch_paused(command: list[str]) -> tuple[subprocess.Popen[bytes], int]:
-    """Start the command held before its exec until the probes are attached."""
+def _launch_paused(command: list[str], env: dict[str, str] | None = None
+                   ) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the command held before its exec until the probes are attached (in `env`, or
+    the recorder's environment)."""
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _HOLD_THEN_EXEC, str(read_fd), *command], pass_fds=(read_fd,)
-        )
+            [sys.executable, "-c", _HOLD_THEN_EXEC, str(read_fd), *command], pass_fds=(read_fd,),
+            env=env)
     except OSError as exc:
         os.close(write_fd)
         raise ProfinferError(f"cannot run {command[0]}: {exc.strerror}") from exc
@@ -153,9 +184,9 @@ class _Launched:
     """A launched command, held before its exec until `release`. `found`: in watch mode, the
     process of it that maps the runtime, held stopped until the probes are in place."""
 
-    def __init__(self, command: list[str]) -> None:
+    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
         self.command = command
-        self.proc, self._go = _launch_paused(command)
+        self.proc, self._go = _launch_paused(command, env)
         self.found: int | None = None
 
     def release(self) -> None:
@@ -273,7 +304,7 @@ def record(
     """
     require_root()
     with signals.handled(), contextlib.ExitStack() as stack:
-        launched = _Launched(request.command) if request.command else None
+        launched = _Launched(request.command, request.environment()) if request.command else None
         try:
             capture, kept = _prepare(stack, request, probe_plan, launched, sink)
         except BaseException:
@@ -325,7 +356,8 @@ def _target(request: RecordRequest, probe_plan: ProbePlan | None,
     """The process to probe and where the probes go."""
     if probe_plan is None:
         assert launched is not None, "plan() plans a running process from its memory map"
-        return _await_runtime(launched, request)
+        pid, found = _await_runtime(launched, request)
+        return pid, _timed(request, found)
     if launched is not None:
         return launched.proc.pid, probe_plan
     assert request.pid is not None
@@ -537,6 +569,8 @@ class _Capture:
         notes = list(self.probe_plan.notes) + self.extra_notes
         if self.request.peaks_note is not None:
             notes.append(self.request.peaks_note)
+        if self.request.gpu_timestamps:
+            notes.append(GPU_TIMESTAMPS_NOTE)
         if not self.request.selection.barriers:
             notes.append("--no-barriers: an op lasts until its thread's next op, barrier wait "
                          "included")

@@ -130,6 +130,13 @@ PeaksOption = Annotated[
                  f"for `roofline`  [default: ${peaks.PEAKS_ENV} or the user's cache, "
                  "where calibrate stores them, if there]"),
 ]
+GpuTimestampsOption = Annotated[
+    bool,
+    typer.Option("--gpu-timestamps", help="With a launched command on ggml's Vulkan backend: "
+                 "have the backend time each op with GPU timestamp queries "
+                 "(GGML_VK_PERF_LOGGER; a barrier after each op) and draw each op's device "
+                 "time on the device's track."),
+]
 
 
 @dataclass
@@ -154,11 +161,15 @@ class RecordCommand:
             inner_waits: InnerWaitsOption = False, floor: FloorOption = False,
             detach: DetachOption = False, max_size: MaxSizeOption = None,
             rotate: RotateOption = 0, stream: StreamOption = None, sched: SchedOption = False,
-            peaks_file: PeaksOption = None) -> int:
+            peaks_file: PeaksOption = None,
+            gpu_timestamps: GpuTimestampsOption = False) -> int:
         """The options, checked: the command to run."""
         counters = _counters(counter)
         rotation = _rotation(max_size, rotate, json)
         _check_modes(rotation, stream, json, sched, command, pid, ring_pages)
+        if gpu_timestamps and pid is not None:
+            raise ProfinferError("--gpu-timestamps needs a command to launch (the backend "
+                                 "reads GGML_VK_PERF_LOGGER as it starts), not --pid")
         roofs, roofs_note = peaks.for_record(peaks_file)
         request = RecordRequest(
             command=command or None,
@@ -172,6 +183,7 @@ class RecordCommand:
             sched=sched,
             peaks=roofs,
             peaks_note=roofs_note,
+            gpu_timestamps=gpu_timestamps,
         )
         return RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
                              stream=bool(stream) or rotation is not None).run()

@@ -25,6 +25,13 @@ from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.capture.events import Backend, Kind
 from profinfer_perfetto.model.lookup import last_descriptor
 
+DEVICE_TICK_NS = 1
+"""Nanoseconds in a tick of the device's timestamps: the Vulkan device's timestampPeriod
+(VkPhysicalDeviceLimits, read with vkGetPhysicalDeviceProperties), which the probes do not
+read: 1 on Mesa's lavapipe; a device with another period shows its times scaled by it."""
+DEVICE_TIME = np.dtype([("tid", np.int64), ("host_ts", np.int64), ("node", np.uint64),
+                        ("fused", np.uint64), ("begin", np.int64), ("end", np.int64)])
+"""A Vulkan recording's device time (vulkan_device_times)."""
 VULKAN_NAME = "Vulkan0"
 """The Vulkan backend's name for its first device: the probes do not read which device a split
 ran on, so a run on several devices shows them all as the first."""
@@ -103,16 +110,85 @@ def vulkan_ops(events: np.ndarray) -> np.ndarray:
     if len(nodes) == 0:
         return events
     ends = np.flatnonzero(kinds == Kind.VK_NODE_END)
-    marks = np.flatnonzero((kinds == Kind.VK_NODE)
-                           | ((kinds == Kind.GRAPH_END) & (events["aux"] == Backend.VULKAN)))
-    after = np.searchsorted(marks, nodes) + 1
-    mark = marks[np.minimum(after, len(marks) - 1)]
-    told = (after < len(marks)) & (events["tid"][mark] == events["tid"][nodes])
     out = events.copy()
-    out["arg1"][nodes] = np.where(told, events["arg1"][mark], 0)
+    out["arg1"][nodes] = _fused_tails(events, nodes)
     out["kind"][nodes], out["ith"][nodes], out["aux"][nodes] = Kind.OP_BEGIN, 0, 1
     out["kind"][ends], out["arg0"][ends] = Kind.BARRIER, 0
     skips = out[ends]
     skips["kind"] = Kind.OP_SKIP
     position = np.concatenate([np.arange(len(out), dtype=np.float64), ends + 0.5])
     return np.concatenate([out, skips])[np.argsort(position, kind="stable")]
+
+
+def _fused_tails(events: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """The last node fused into each recording (rows `nodes`, VK_NODE), 0 for none: what the
+    next recording of its split, or the split's end, says."""
+    kinds = events["kind"]
+    marks = np.flatnonzero((kinds == Kind.VK_NODE)
+                           | ((kinds == Kind.GRAPH_END) & (events["aux"] == Backend.VULKAN)))
+    after = np.searchsorted(marks, nodes) + 1
+    mark = marks[np.minimum(after, len(marks) - 1)]
+    told = (after < len(marks)) & (events["tid"][mark] == events["tid"][nodes])
+    return np.where(told, events["arg1"][mark], 0)
+
+
+def _enqueued(events: np.ndarray) -> np.ndarray:
+    """The rows of the Vulkan recordings (VK_NODE) that enqueued work, by their return's value:
+    those the backend writes a GPU timestamp after."""
+    kinds, tids = events["kind"], events["tid"]
+    nodes = np.flatnonzero(kinds == Kind.VK_NODE)
+    ends = np.flatnonzero(kinds == Kind.VK_NODE_END)
+    if len(ends) == 0:
+        return ends
+    after = np.searchsorted(ends, nodes)
+    end = ends[np.minimum(after, len(ends) - 1)]
+    next_node = np.append(nodes[1:], len(events))
+    paired = (after < len(ends)) & (end < next_node) & (tids[end] == tids[nodes])
+    enqueued: np.ndarray = nodes[paired & (events["arg0"][end] != 0)]
+    return enqueued
+
+
+def _reading(events: np.ndarray, first: int, splits: np.ndarray, timed: np.ndarray
+             ) -> np.ndarray | None:
+    """The recordings that the timestamps read back at row `first` (VK_TIMESTAMP, index 0) time,
+    in order: those of its split that enqueued work; None where their counts disagree (events
+    lost, or more values than the probe sends)."""
+    count = int(events["arg1"][first])
+    rows = first + np.arange(count)
+    if count < 2 or rows[-1] >= len(events) or np.any(
+            (events["kind"][rows] != Kind.VK_TIMESTAMP) | (events["aux"][rows] != rows - first)):
+        return None
+    split = int(splits[max(int(np.searchsorted(splits, first)) - 1, 0)]) if len(splits) else -1
+    if split < 0 or split > first or events["tid"][split] != events["tid"][first]:
+        return None
+    mine = timed[(timed > split) & (timed < first)]
+    return mine if len(mine) == count - 1 else None
+
+
+def vulkan_device_times(events: np.ndarray) -> np.ndarray:
+    """The device time of each Vulkan recording that a split's GPU timestamps time (record
+    --gpu-timestamps), from `events` sorted by thread, then time. The backend writes a timestamp
+    as the split begins and one after each recording that enqueued work, so value i+1 less
+    value i is the i-th such recording's time on the device (DEVICE_TICK_NS a tick). The device's
+    clock is not the host's: a split's times are laid back to back so that the last ends when
+    the host had read them back, after its wait for the split. Rows (DEVICE_TIME): the
+    recording's thread and host time, its node and fused node (addresses), its device span."""
+    kinds = events["kind"]
+    stamps = np.flatnonzero((kinds == Kind.VK_TIMESTAMP) & (events["aux"] == 0))
+    timed = _enqueued(events)
+    splits = np.flatnonzero((kinds == Kind.GRAPH_BEGIN) & (events["aux"] == Backend.VULKAN))
+    tails = dict(zip(timed.tolist(), _fused_tails(events, timed).tolist(), strict=True))
+    parts = []
+    for first in stamps.tolist():
+        mine = _reading(events, first, splits, timed)
+        if mine is None:
+            continue
+        values = events["arg0"][first:first + len(mine) + 1].astype(np.int64)
+        dur = np.maximum(np.diff(values), 0) * DEVICE_TICK_NS
+        end = int(events["ts"][first]) - (dur.sum() - np.cumsum(dur))
+        part = np.zeros(len(mine), DEVICE_TIME)
+        part["tid"], part["host_ts"] = events["tid"][mine], events["ts"][mine]
+        part["node"], part["fused"] = events["arg0"][mine], [tails[m] for m in mine.tolist()]
+        part["begin"], part["end"] = end - dur, end
+        parts.append(part)
+    return np.concatenate(parts) if parts else np.zeros(0, DEVICE_TIME)

@@ -19,12 +19,13 @@ import numpy.typing as npt
 from profinfer_perfetto import __version__
 from profinfer_perfetto.capture.run import Scheduling
 from profinfer_perfetto.model.aggregate import op_type_series
-from profinfer_perfetto.model.backends import backend_name
+from profinfer_perfetto.model.backends import VULKAN_NAME, backend_name
 from profinfer_perfetto.model.names import (
     BUILD_ID_ARG,
     COPY_ARGS,
     COPY_DIRECTIONS,
     CPU_ARG,
+    DEVICE_TIME_ARG,
     GENERATE_SLICE,
     GRAPH_ARGS,
     HOST_CALL_SLICES,
@@ -342,6 +343,7 @@ class _LayoutBuilder:
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
         self.host_calls(thread)
+        self.device_ops()
         self.expert_routing()
         self.sequences()
         self.tokens_per_second()
@@ -485,6 +487,20 @@ class _LayoutBuilder:
                         else self.arg_set(((bytes_arg, nbytes), (direction_arg, direction))))
         self.rows.slices([thread[t] for t in calls.tid.tolist()], calls.begin, calls.end,
                          HOST_CALL_DEPTH, names, args)
+
+    def device_ops(self) -> None:
+        """With --gpu-timestamps: the device's track (`Vulkan0`), a slice per timed op named
+        and described like its op slice, each with where its time comes from."""
+        device = self.model.device_ops
+        if device is None or len(device) == 0:
+            return
+        track = self.track(Track(6 << 32, TrackKind.GLOBAL, VULKAN_NAME, parent=1))
+        names, args = [], []
+        for node, fused in zip(device.arg0.tolist(), device.arg1.tolist(), strict=True):
+            name, desc = self._description(node, fused)
+            names.append(name)
+            args.append(self.arg_set((*self.tables.arg_sets[desc], DEVICE_TIME_ARG)))
+        self.rows.slices(track, device.begin, device.end, 1, names, args)
 
     def _description(self, node: int, fused: int) -> tuple[int, int]:
         """The name and description ids of a node (or fused pair) by what its descriptors say

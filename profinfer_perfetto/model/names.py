@@ -71,6 +71,10 @@ COPY_DIRECTIONS = {
     HostCall.COPY_ASYNC: "to_device",
 }
 """Which way a copy goes (an async copy's source is another backend's buffer or the device's)."""
+DEVICE_TIME_ARG = ("device_time", "the backend's GPU timestamp queries (a barrier after each "
+                   "op): back to back, the last ending when the host read them back; the "
+                   "device's clock is not the host's")
+"""An arg of each device slice (record --gpu-timestamps): where its time comes from."""
 BUILD_ID_ARG = "ggml_build_id"
 RECORD_ARGS = ("status", "complete", "events", "events_lost", "nodes_lost", "ops_dropped",
                "recorder_cpu_ms", "tool", "ggml_version", "ggml_commit", BUILD_ID_ARG,

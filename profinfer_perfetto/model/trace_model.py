@@ -32,7 +32,7 @@ from profinfer_perfetto.capture.events import (
     TokenEntry,
 )
 from profinfer_perfetto.capture.run import Recording, Run, Scheduling
-from profinfer_perfetto.model.backends import blas_ops, vulkan_ops
+from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vulkan_ops
 from profinfer_perfetto.model.lookup import last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.work import auto_named
@@ -208,6 +208,10 @@ class TraceModel:
     host_calls: Spans | None = None
     """A GPU backend's host calls (submits, waits for the device, copies; `aux`: HostCall,
     `arg0`: a copy's bytes)."""
+    device_ops: Spans | None = None
+    """With record --gpu-timestamps: each timed Vulkan recording's span on the device's track
+    (`arg0`: its node, `arg1`: the node fused into it, -1 for none; model/backends.py
+    vulkan_device_times says how it is placed)."""
 
     @property
     def sched_records(self) -> int:
@@ -350,6 +354,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     """The model of a recording (of a whole run, or of a chunk that continues `cont`)."""
     run, events = recording.run, recording.events
     order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
+    device = vulkan_device_times(events[order])
     events, uncut = blas_ops(vulkan_ops(events[order]), recording.nodes, run.ggml)
     tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, run.end_ns)
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, run.end_ns)
@@ -375,7 +380,24 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
         cont=cont or Continuation(),
         inner_waits=_inner_waits(events, ops),
         host_calls=_host_calls(events, run.end_ns),
+        device_ops=_device_ops(device, graphs, nodes),
     )
+
+
+def _device_ops(device: np.ndarray, graphs: Spans, nodes: Nodes) -> Spans | None:
+    """The Vulkan recordings' device times (vulkan_device_times) of described nodes, each
+    named by the node its recording began in its graph (None without any)."""
+    if len(device) == 0:
+        return None
+    g = graphs.containing(device["host_ts"].astype(np.uint64))
+    device, g = device[g >= 0], g[g >= 0]
+    node = _node_lookup(nodes, g, device["node"])
+    fused = np.where(device["fused"] != 0, _node_lookup(nodes, g, device["fused"]), -1)
+    known = node >= 0
+    return Spans(tid=device["tid"][known], begin=device["begin"][known],
+                 end=device["end"][known], arg0=node[known], arg1=fused[known],
+                 aux=np.zeros(np.count_nonzero(known), np.uint32),
+                 complete=np.ones(np.count_nonzero(known), bool))
 
 
 def _host_calls(events: np.ndarray, end_ns: int) -> Spans:
