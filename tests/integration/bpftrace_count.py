@@ -8,6 +8,9 @@ import signal
 import subprocess
 from pathlib import Path
 
+RESEND = 120
+"""Seconds before bpftrace is sent SIGINT again (BpftraceCount.stop)."""
+
 
 class BpftraceCount:
     """bpftrace counting entries of functions of one library, per process: the count of one
@@ -29,11 +32,21 @@ class BpftraceCount:
 
     def stop(self, pid: int) -> dict[str, int]:
         """Stop counting; the counts of process `pid`, by the names given to the functions."""
-        self.proc.send_signal(signal.SIGINT)
         # bpftrace detaches its probes before it prints: slow on a loaded machine (over 120 s
-        # where other recorders attached and detached uprobes beside it): a guard against a
-        # hang, not a bound on time.
-        out, _ = self.proc.communicate(timeout=600)
+        # where other recorders attached and detached uprobes beside it). bpftrace 0.17 once in
+        # some runs misses the SIGINT and waits for events for good (2026-11-27: a second one
+        # ended it), so the signal is sent again every RESEND s; 600 s in all is a guard
+        # against a hang, not a bound on time.
+        for _ in range(600 // RESEND):
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                out, _ = self.proc.communicate(timeout=RESEND)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            self.proc.kill()
+            raise RuntimeError("bpftrace did not stop in 600 s")
         return {m[1]: int(m[2]) for m in re.finditer(rf"^@(\w+)\[{pid}\]: (\d+)$", out, re.M)}
 
 
