@@ -8,7 +8,11 @@
 -- peak), and the verdict: overhead-bound when the op reaches under a tenth of that roof (far
 -- below both), else memory-bound when its intensity is below the ridge (compute peak / memory
 -- peak), else compute-bound. An op whose weight type was not calibrated is held against the
--- highest compute peak measured (roof_dtype says which).
+-- highest compute peak measured (roof_dtype says which). The roofs are the CPU's: a GPU
+-- backend's nodes (graphs whose host submits to a device, e.g. Vulkan0) are left out, their
+-- rates are backend_split's (device time with --gpu-timestamps); a device roof would need
+-- `calibrate` on the device, which is not measured (Mesa's software GPU here has no roof of
+-- its own: it runs on these CPUs).
 -- when empty: the trace holds no roofs: calibrate (--llama-bench, --model), then record again
 -- columns:
 --   phase, op, role
@@ -30,6 +34,7 @@
 INCLUDE PERFETTO MODULE profinfer.prelude.nodes;
 INCLUDE PERFETTO MODULE profinfer.prelude.ops;
 INCLUDE PERFETTO MODULE profinfer.prelude.peak;
+INCLUDE PERFETTO MODULE profinfer.prelude.devices;
 
 CREATE PERFETTO VIEW profinfer_roofline AS
 WITH groups AS (
@@ -38,6 +43,7 @@ WITH groups AS (
          COUNT(*) AS instances, SUM(n.flops) AS flops, SUM(n.bytes) AS bytes, SUM(n.dur) AS dur
   FROM profinfer_node n JOIN profinfer_graph g USING (graph)
   WHERE n.flops > 0 AND n.bytes > 0 AND n.dur > 0
+    AND n.graph NOT IN (SELECT graph FROM profinfer_device_graph)
   GROUP BY n.phase, n.op, n.role, n.src0_dtype, g.n_threads
 ),
 -- Each group's candidate roofs, ranked: the op's own weight type first (compute), then the most

@@ -50,7 +50,10 @@ SELECT
   MAX(CASE WHEN key = 'debug.peak_kind' THEN string_value END) AS peak_kind,
   MAX(CASE WHEN key = 'debug.peak_dtype' THEN string_value END) AS peak_dtype,
   MAX(CASE WHEN key = 'debug.peak_threads' THEN int_value END) AS peak_threads,
-  MAX(CASE WHEN key = 'debug.peak_value' THEN real_value END) AS peak_value
+  MAX(CASE WHEN key = 'debug.peak_value' THEN real_value END) AS peak_value,
+  MAX(CASE WHEN key = 'debug.device_time' THEN string_value END) AS device_time,
+  MAX(CASE WHEN key = 'debug.copy_bytes' THEN int_value END) AS copy_bytes,
+  MAX(CASE WHEN key = 'debug.direction' THEN string_value END) AS direction
 FROM args
 WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.layer',
               'debug.node', 'debug.description', 'debug.dtype', 'debug.src0_dtype',
@@ -59,7 +62,8 @@ WHERE key IN ('debug.op', 'debug.subop', 'debug.tensor', 'debug.role', 'debug.la
               'debug.step', 'debug.phase', 'debug.n_tokens', 'debug.sequences', 'debug.pos',
               'debug.experts', 'debug.routed_tokens', 'debug.seq', 'debug.seq_tokens',
               'debug.seq_pos', 'debug.peak_kind', 'debug.peak_dtype', 'debug.peak_threads',
-              'debug.peak_value')
+              'debug.peak_value', 'debug.device_time', 'debug.copy_bytes',
+              'debug.direction')
 GROUP BY arg_set_id;
 
 CREATE INDEX profinfer_slice_args_id ON profinfer_slice_args (arg_set_id);
