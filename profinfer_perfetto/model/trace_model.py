@@ -10,7 +10,9 @@ is decided here:
 - an op is one thread's share of one computed node (or fused node pair): from its start to
   the last barrier the thread entered before its next op (`work_end`), then the barrier wait
   until the thread's next op or the graph's end (`end`);
-- a DAG edge links the node that last wrote a tensor's storage to a node reading it.
+- a DAG edge links the node that last wrote a tensor's storage to a node reading it, in its
+  graph or, where a GPU backend's scheduler cut a token step into splits, in an earlier split
+  of the step (through the scheduler's copy of it into the reader's backend, _copy_edges).
 """
 
 from __future__ import annotations
