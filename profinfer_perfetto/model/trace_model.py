@@ -29,6 +29,7 @@ from profinfer_perfetto.capture.events import (
     ROUTE_EXPERTS,
     ROUTE_TOKENS,
     UNKNOWN_POS,
+    Backend,
     HostCall,
     Kind,
     TokenEntry,
@@ -367,13 +368,16 @@ def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.
     """Edges into a split's inputs the scheduler copied into the split's backend (ggml's
     `Vulkan0#embd#0`: a new tensor of the same shape and type, no node, no descriptor of its
     own): from the last node of that shape and type an earlier split of the step, on another
-    backend, computed, to the nodes that read the copy. A source is taken for a copy where
+    backend, computed (one of the two a device's: a host backend such as BLAS reads the CPU's
+    tensors where they are), to the nodes that read the copy. A source is taken for a copy where
     nothing in its split wrote it, it is no op's result (op NONE, like a weight) and it is the
     only such source of its shape and type in its split; or where its address held a copy
     before (`copies`, which it adds to: a weight's address never holds a copy)."""
     src = nodes.raw["src"][reader, slot]
     keep = (src["op"] == 0) & (split_step[nodes.graph[reader]] >= 0)
     reader, src = reader[keep], src[keep]
+    backend = graphs.aux[nodes.graph]
+    device = backend == Backend.VULKAN
     pairs: list[tuple[int, int]] = []
     for g in np.unique(nodes.graph[reader]).tolist():
         here = np.flatnonzero(nodes.graph[reader] == g).tolist()
@@ -382,7 +386,8 @@ def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.
         for i in here:
             ptrs_of.setdefault(keys[i], set()).add(int(src["ptr"][i]))
         earlier = np.flatnonzero((split_step[nodes.graph] == split_step[g]) & (nodes.graph < g)
-                                 & (graphs.aux[nodes.graph] != graphs.aux[g]))
+                                 & (backend != graphs.aux[g])
+                                 & (device | (graphs.aux[g] == Backend.VULKAN)))
         origin = {_key(nodes.raw[o]): o for o in earlier.tolist()}
         for i in here:
             ptr = int(src["ptr"][i])
