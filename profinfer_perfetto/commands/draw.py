@@ -40,7 +40,8 @@ class DagCommand:
         trace: Annotated[Path, typer.Argument(help="The trace.")],
         output: Annotated[Path, typer.Option("-o", "--output", help="NAME.svg, or NAME.dot.")],
         graph: Annotated[
-            int | None, typer.Option(help="The graph to draw (default: the first decode graph).")
+            int | None, typer.Option(help="The graph to draw, a split where a GPU backend cut "
+                                     "the step (default: the first decode step's largest).")
         ] = None,
         fill: Annotated[
             str, typer.Option(help="What a node's colour says: "

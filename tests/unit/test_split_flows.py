@@ -67,7 +67,7 @@ def _step(at: int, tokens: int) -> tuple[list[tuple[object, ...]], list[tuple[ob
     return events, nodes
 
 
-def _run(*tokens: int) -> Recording:
+def split_run(*tokens: int) -> Recording:
     """Token steps of these many tokens, one after the other."""
     steps = [_step(10_000 * (i + 1), n) for i, n in enumerate(tokens)]
     rec = synthetic.recording()
@@ -91,18 +91,19 @@ IN_STEP = {("embd", "inp_scaled"), ("inp_scaled", "norm"), ("norm", "result_norm
 def test_a_split_s_copied_input_is_an_edge_from_the_node_of_the_split_before() -> None:
     # A prompt of 2 tokens: each copy is the only source of its shape no node of its split
     # wrote (the weight of a token's row is smaller).
-    assert _edges(build(_run(2))) == {(0, a, b) for a, b in IN_STEP}
+    assert _edges(build(split_run(2))) == {(0, a, b) for a, b in IN_STEP}
 
 
 def test_a_copy_the_shape_of_a_weight_is_known_by_its_address_from_an_earlier_step() -> None:
     # A decode step alone: the copy of embd and the norm's weight have the same shape, and
     # either could be the copy; no edge is guessed (the output's copy is still alone).
-    assert _edges(build(_run(1))) == {(0, a, b) for a, b in IN_STEP - {("embd", "inp_scaled")}}
+    alone = IN_STEP - {("embd", "inp_scaled")}
+    assert _edges(build(split_run(1))) == {(0, a, b) for a, b in alone}
     # After the prompt its address held a copy: a weight's never does.
-    assert _edges(build(_run(2, 1))) == {(s, a, b) for s in (0, 1) for a, b in IN_STEP}
+    assert _edges(build(split_run(2, 1))) == {(s, a, b) for s in (0, 1) for a, b in IN_STEP}
     # The same when the steps come in chunks of a streamed run.
-    first = _run(2)
-    second = _run(2, 1)
+    first = split_run(2)
+    second = split_run(2, 1)
     later = second.events["ts"] >= 20_000
     second = replace(second, events=second.events[later])
     model = build(second, build(first).then())
@@ -110,7 +111,7 @@ def test_a_copy_the_shape_of_a_weight_is_known_by_its_address_from_an_earlier_st
 
 
 def test_flows_cross_the_splits_and_never_share_an_id_while_open() -> None:
-    rec = _run(2, 1, 1, 1)
+    rec = split_run(2, 1, 1, 1)
     model = build(rec)
     layout = build_layout(model)
     names = {i: s for i, s in enumerate(layout.strings)}
