@@ -64,8 +64,9 @@ class DagCommand:
             dag = read_dag(q, pick_graph(q, self.graph))
         text = to_dot(dag, Fill(self.fill))
         data = text.encode() if self.output.suffix == ".dot" else svg(text)
-        return _write(self.output, data, f"graph {dag.graph}: {len(dag.nodes)} nodes, "
-                                         f"{len(dag.edges)} edges")
+        fed = f", {len(dag.inputs)} edges in from other splits" if dag.inputs else ""
+        return _write(self.output, data, f"graph {dag.graph} ({dag.backend}): "
+                                         f"{len(dag.nodes)} nodes, {len(dag.edges)} edges{fed}")
 
 
 @dataclass
