@@ -375,19 +375,24 @@ def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.
     before (`copies`, which it adds to: a weight's address never holds a copy)."""
     src = nodes.raw["src"][reader, slot]
     keep = (src["op"] == 0) & (split_step[nodes.graph[reader]] >= 0)
-    reader, src = reader[keep], src[keep]
-    backend = graphs.aux[nodes.graph]
-    device = backend == Backend.VULKAN
+    order = np.argsort(reader[keep], kind="stable")
+    reader, src = reader[keep][order], src[keep][order]
+    graph_of = nodes.graph[reader]
+    device = graphs.aux == Backend.VULKAN
+    steps, first = np.unique(split_step, return_index=True)
+    first_of = dict(zip(steps.tolist(), first.tolist(), strict=True))
     pairs: list[tuple[int, int]] = []
-    for g in np.unique(nodes.graph[reader]).tolist():
-        here = np.flatnonzero(nodes.graph[reader] == g).tolist()
+    for g, at, count in zip(*np.unique(graph_of, return_index=True, return_counts=True),
+                            strict=True):
+        here = range(int(at), int(at + count))
         keys = {i: _key(src[i]) for i in here}
         ptrs_of: dict[bytes, set[int]] = {}
         for i in here:
             ptrs_of.setdefault(keys[i], set()).add(int(src["ptr"][i]))
-        earlier = np.flatnonzero((split_step[nodes.graph] == split_step[g]) & (nodes.graph < g)
-                                 & (backend != graphs.aux[g])
-                                 & (device | (graphs.aux[g] == Backend.VULKAN)))
+        lo, hi = np.searchsorted(nodes.graph, [first_of[split_step[g]], g])
+        earlier = np.arange(lo, hi)
+        other = graphs.aux[nodes.graph[earlier]]
+        earlier = earlier[(other != graphs.aux[g]) & (device[nodes.graph[earlier]] | device[g])]
         origin = {_key(nodes.raw[o]): o for o in earlier.tolist()}
         for i in here:
             ptr = int(src["ptr"][i])
