@@ -40,7 +40,8 @@ class DagCommand:
         trace: Annotated[Path, typer.Argument(help="The trace.")],
         output: Annotated[Path, typer.Option("-o", "--output", help="NAME.svg, or NAME.dot.")],
         graph: Annotated[
-            int | None, typer.Option(help="The graph to draw (default: the first decode graph).")
+            int | None, typer.Option(help="The graph to draw, a split where a GPU backend cut "
+                                     "the step (default: the first decode step's largest).")
         ] = None,
         fill: Annotated[
             str, typer.Option(help="What a node's colour says: "
@@ -63,8 +64,9 @@ class DagCommand:
             dag = read_dag(q, pick_graph(q, self.graph))
         text = to_dot(dag, Fill(self.fill))
         data = text.encode() if self.output.suffix == ".dot" else svg(text)
-        return _write(self.output, data, f"graph {dag.graph}: {len(dag.nodes)} nodes, "
-                                         f"{len(dag.edges)} edges")
+        fed = f", {len(dag.inputs)} edges in from other splits" if dag.inputs else ""
+        return _write(self.output, data, f"graph {dag.graph} ({dag.backend}): "
+                                         f"{len(dag.nodes)} nodes, {len(dag.edges)} edges{fed}")
 
 
 @dataclass

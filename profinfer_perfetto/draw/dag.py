@@ -1,7 +1,9 @@
 """One graph of a run drawn as its DAG (ProfDAG): a node per graph node that ran, an edge per
 DAG edge the trace's flows carry, the nodes of a layer in a box of their own, each node filled
 by its time (or its bandwidth) from white to red, on a log scale from the graph's least to its
-most.
+most. Where a GPU backend's scheduler cut a token step into splits, each split is a graph of
+its own backend: the nodes of other splits that fed it are drawn too, in a box per split named
+by its backend.
 
 The graph is read from the same prelude tables the metrics read (profinfer_node, the trace's
 `flow` table between op slices), so it answers alike on both engines; graphviz's `dot` lays it
@@ -13,7 +15,7 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from profinfer_perfetto.errors import ProfinferError
@@ -47,6 +49,19 @@ class DagNode:
 
 
 @dataclass(frozen=True)
+class DagInput:
+    """A node of another split of the step whose tensor a node of the graph read."""
+
+    graph: int
+    backend: str
+    node: int
+    op: str
+    tensor: str
+    into: int
+    """The graph's node that read it."""
+
+
+@dataclass(frozen=True)
 class Dag:
     graph: int
     step: int | None
@@ -54,31 +69,42 @@ class Dag:
     nodes: list[DagNode]
     edges: list[tuple[int, int]]
     """(from node, to node): the node that made a tensor to one that read it."""
+    backend: str = "CPU"
+    inputs: list[DagInput] = field(default_factory=list)
 
     @property
     def total_ns(self) -> int:
         return sum(n.dur for n in self.nodes)
 
 
-_GRAPHS = "SELECT graph, phase FROM profinfer_graph ORDER BY graph"
+_GRAPHS = "SELECT graph, phase, step, COALESCE(n_nodes, 0) FROM profinfer_graph ORDER BY graph"
 _NODES = """SELECT node, op, role, tensor, layer, dur, flops, bytes FROM profinfer_node
 WHERE graph = {graph} ORDER BY node"""
 _EDGES = """WITH ops AS (SELECT slice_id, node FROM profinfer_op_times WHERE graph = {graph})
 SELECT DISTINCT a.node, b.node FROM flow f
 JOIN ops a ON a.slice_id = f.slice_out JOIN ops b ON b.slice_id = f.slice_in
 ORDER BY a.node, b.node"""
-_STEP = "SELECT step, phase FROM profinfer_graph WHERE graph = {graph}"
+_INPUTS = """WITH ins AS (SELECT slice_id, node FROM profinfer_op_times WHERE graph = {graph})
+SELECT DISTINCT a.graph, g.backend, a.node, n.op, n.tensor, b.node FROM flow f
+JOIN ins b ON b.slice_id = f.slice_in JOIN profinfer_op_times a ON a.slice_id = f.slice_out
+JOIN profinfer_graph g ON g.graph = a.graph
+JOIN profinfer_node n ON n.graph = a.graph AND n.node = a.node
+WHERE a.graph != {graph} ORDER BY a.graph, a.node, b.node"""
+_STEP = "SELECT step, phase, backend FROM profinfer_graph WHERE graph = {graph}"
 
 
 def pick_graph(q: TraceQuery, graph: int | None) -> int:
-    """`graph`, if the trace has it; by default its first decode graph (the steady state), else
-    its first graph."""
+    """`graph`, if the trace has it; by default the largest graph of its first decode step
+    (the steady state; a step cut into splits has a graph per split, the device's the
+    largest), else its first graph."""
     rows = q.sql(_GRAPHS).rows
     if not rows:
         raise ProfinferError(f"{q.trace} has no graphs to draw")
-    graphs = [int(g) for g, _ in rows]
+    graphs = [int(g) for g, *_ in rows]
     if graph is None:
-        return next((int(g) for g, phase in rows if phase == "decode"), graphs[0])
+        step = next((s for _, phase, s, _ in rows if phase == "decode"), None)
+        steps = [(-int(n), int(g)) for g, phase, s, n in rows if phase == "decode" and s == step]
+        return min(steps)[1] if steps else graphs[0]
     if graph not in set(graphs):
         raise ProfinferError(f"{q.trace} has no graph {graph} (its graphs are {graphs[0]} to "
                              f"{graphs[-1]})")
@@ -93,8 +119,11 @@ def read_dag(q: TraceQuery, graph: int) -> Dag:
              for n, op, role, tensor, layer, dur, flops, nbytes
              in q.sql(_NODES.format(graph=graph)).rows]
     edges = [(int(a), int(b)) for a, b in q.sql(_EDGES.format(graph=graph)).rows]
-    step, phase = q.sql(_STEP.format(graph=graph)).rows[0]
-    return Dag(graph, None if step is None else int(step), phase, nodes, edges)
+    inputs = [DagInput(int(g), str(backend), int(n), str(op), str(tensor or ""), int(into))
+              for g, backend, n, op, tensor, into in q.sql(_INPUTS.format(graph=graph)).rows]
+    step, phase, backend = q.sql(_STEP.format(graph=graph)).rows[0]
+    return Dag(graph, None if step is None else int(step), phase, nodes, edges,
+               str(backend or "CPU"), inputs)
 
 
 def fill_colour(level: float) -> str:
@@ -132,8 +161,8 @@ def to_dot(dag: Dag, fill: Fill = Fill.TIME) -> str:
     among the graph's values (fill_levels), its tooltip saying its role, work and time."""
     levels = dict(zip((n.node for n in dag.nodes), fill_levels([n.value(fill) for n in dag.nodes]),
                       strict=True))
-    title = f"graph {dag.graph}" + (f", {dag.phase} step {dag.step}" if dag.step is not None
-                                    else "")
+    title = f"graph {dag.graph} ({dag.backend})" + (
+        f", {dag.phase} step {dag.step}" if dag.step is not None else "")
     scale = f"nodes by {fill.value}, white to red on a log scale"
     lines = ["digraph dag {", f"  label={_quote(title + ', ' + scale)};",
              "  labelloc=t; rankdir=TB;",
@@ -155,8 +184,30 @@ def to_dot(dag: Dag, fill: Fill = Fill.TIME) -> str:
         if layer >= 0:
             lines.append("  }")
     lines += [f"  n{a} -> n{b};" for a, b in dag.edges]
+    lines += _input_lines(dag.inputs)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+INPUT_FILL = "#dbe6f6"
+"""The fill of a node of another split: grey-blue, beside the graph's white to red."""
+
+
+def _input_lines(inputs: list[DagInput]) -> list[str]:
+    """The nodes of other splits that fed the graph, `gGnN` for node N of graph G, in a box
+    per split named by its backend, and their edges into the graph's nodes."""
+    lines: list[str] = []
+    for graph in sorted({i.graph for i in inputs}):
+        split = [i for i in inputs if i.graph == graph]
+        lines += [f"  subgraph cluster_split_{graph} {{",
+                  f"    label={_quote(f'graph {graph} ({split[0].backend})')}; style=dashed; "
+                  "color=steelblue;"]
+        for i in {i.node: i for i in split}.values():
+            label = "\\n".join(_quote(part)[1:-1] for part in (i.op, i.tensor) if part)
+            lines.append(f'    g{graph}n{i.node} [label="{label}", fillcolor="{INPUT_FILL}", '
+                         f"tooltip={_quote(f'{i.backend} graph {graph} node {i.node}')}];")
+        lines.append("  }")
+    return lines + [f"  g{i.graph}n{i.node} -> n{i.into};" for i in inputs]
 
 
 def svg(dot_text: str) -> bytes:

@@ -10,7 +10,9 @@ is decided here:
 - an op is one thread's share of one computed node (or fused node pair): from its start to
   the last barrier the thread entered before its next op (`work_end`), then the barrier wait
   until the thread's next op or the graph's end (`end`);
-- a DAG edge links the node that last wrote a tensor's storage to a node reading it.
+- a DAG edge links the node that last wrote a tensor's storage to a node reading it, in its
+  graph or, where a GPU backend's scheduler cut a token step into splits, in an earlier split
+  of the step (through the scheduler's copy of it into the reader's backend, _copy_edges).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from profinfer_perfetto.capture.events import (
     ROUTE_EXPERTS,
     ROUTE_TOKENS,
     UNKNOWN_POS,
+    Backend,
     HostCall,
     Kind,
     TokenEntry,
@@ -174,6 +177,8 @@ class Continuation:
     events: int = 0
     dropped_ops: int = 0
     sched_records: int = 0
+    split_copies: frozenset[int] = frozenset()
+    """Addresses that held a split's input copy (_copy_edges)."""
     final: bool = True
     """It ends the run (its model says how the run went)."""
 
@@ -212,6 +217,8 @@ class TraceModel:
     """With record --gpu-timestamps: each timed Vulkan recording's span on the device's track
     (`arg0`: its node, `arg1`: the node fused into it, -1 for none; model/backends.py
     vulkan_device_times says how it is placed)."""
+    split_copies: frozenset[int] = frozenset()
+    """Addresses that held a split's input copy, in this model and before (_copy_edges)."""
 
     @property
     def sched_records(self) -> int:
@@ -237,6 +244,7 @@ class TraceModel:
             events=c.events + self.event_count,
             dropped_ops=c.dropped_ops + self.dropped_ops,
             sched_records=self.sched_records,
+            split_copies=self.split_copies,
             final=final,
         )
 
@@ -312,9 +320,12 @@ def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray
     return np.where(same, found, -1)
 
 
-def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
+def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np.ndarray,
+           copies: set[int]) -> np.ndarray:
     """Producer -> consumer node pairs: the last earlier writer of each source's storage, in
-    the same graph (nodes are in execution order, graph by graph)."""
+    the same graph or, where a token step's graph was cut into splits (`split_step`: each
+    graph's step, -1 where it was not), in an earlier split of the step; and the edges into
+    split inputs the scheduler copied (`copies`, _copy_edges)."""
     raw, n = nodes.raw, len(nodes)
     storage = np.where(raw["view_src"] != 0, raw["view_src"], raw["ptr"])
     src_ptr, src_view = raw["src"]["ptr"], raw["src"]["view_src"]
@@ -322,13 +333,73 @@ def _edges(nodes: Nodes, fused_second: np.ndarray) -> np.ndarray:
     read = np.where(src_view[reader, slot] != 0, src_view[reader, slot], src_ptr[reader, slot])
     producer = latest(storage, np.arange(n), read, reader, before=True)
     found = producer >= 0
-    found[found] = nodes.graph[producer[found]] == nodes.graph[reader[found]]
+    graph_of = nodes.graph[producer[found]], nodes.graph[reader[found]]
+    step_of = split_step[graph_of[0]]
+    found[found] = (graph_of[0] == graph_of[1]) | ((step_of >= 0)
+                                                   & (step_of == split_step[graph_of[1]]))
+    pairs = np.concatenate([np.stack([producer[found], reader[found]], 1),
+                            _copy_edges(nodes, graphs, split_step, reader[~found],
+                                        slot[~found], copies)])
     # A fused pair is one op: edges of its second node belong to its first.
     op_of = np.arange(n)
     op_of[fused_second[fused_second >= 0]] = np.flatnonzero(fused_second >= 0)
-    source, target = op_of[producer[found]], op_of[reader[found]]
-    pairs = np.unique((source * n + target)[source != target])
-    return np.stack([pairs // n, pairs % n], 1).astype(np.int64).reshape(-1, 2)
+    source, target = op_of[pairs[:, 0]], op_of[pairs[:, 1]]
+    keys = np.unique((source * n + target)[source != target])
+    return np.stack([keys // n, keys % n], 1).astype(np.int64).reshape(-1, 2)
+
+
+def _split_steps(graphs: Spans, tokens: Spans) -> np.ndarray:
+    """Each graph's token step where the scheduler cut the step into splits (graphs of more
+    than one backend), -1 for the others."""
+    step = tokens.containing(graphs.begin)
+    split = np.zeros(len(tokens), bool)
+    for s in np.unique(step[step >= 0]).tolist():
+        split[s] = len(np.unique(graphs.aux[step == s])) > 1
+    return np.where((step >= 0) & split[np.maximum(step, 0)], step, -1)
+
+
+def _key(record: np.void) -> bytes:
+    """A tensor's shape and type, as a node's record or a source's says them."""
+    return np.asarray(record["ne"]).tobytes() + int(record["type"]).to_bytes(4, "little")
+
+
+def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.ndarray,
+                slot: np.ndarray, copies: set[int]) -> np.ndarray:
+    """Edges into a split's inputs the scheduler copied into the split's backend (ggml's
+    `Vulkan0#embd#0`: a new tensor of the same shape and type, no node, no descriptor of its
+    own): from the last node of that shape and type an earlier split of the step, on another
+    backend, computed (one of the two a device's: a host backend such as BLAS reads the CPU's
+    tensors where they are), to the nodes that read the copy. A source is taken for a copy where
+    nothing in its split wrote it, it is no op's result (op NONE, like a weight) and it is the
+    only such source of its shape and type in its split; or where its address held a copy
+    before (`copies`, which it adds to: a weight's address never holds a copy)."""
+    src = nodes.raw["src"][reader, slot]
+    keep = (src["op"] == 0) & (split_step[nodes.graph[reader]] >= 0)
+    order = np.argsort(reader[keep], kind="stable")
+    reader, src = reader[keep][order], src[keep][order]
+    graph_of = nodes.graph[reader]
+    device = graphs.aux == Backend.VULKAN
+    steps, first = np.unique(split_step, return_index=True)
+    first_of = dict(zip(steps.tolist(), first.tolist(), strict=True))
+    pairs: list[tuple[int, int]] = []
+    for g, at, count in zip(*np.unique(graph_of, return_index=True, return_counts=True),
+                            strict=True):
+        here = range(int(at), int(at + count))
+        keys = {i: _key(src[i]) for i in here}
+        ptrs_of: dict[bytes, set[int]] = {}
+        for i in here:
+            ptrs_of.setdefault(keys[i], set()).add(int(src["ptr"][i]))
+        lo, hi = np.searchsorted(nodes.graph, [first_of[split_step[g]], g])
+        earlier = np.arange(lo, hi)
+        other = graphs.aux[nodes.graph[earlier]]
+        earlier = earlier[(other != graphs.aux[g]) & (device[nodes.graph[earlier]] | device[g])]
+        origin = {_key(nodes.raw[o]): o for o in earlier.tolist()}
+        for i in here:
+            ptr = int(src["ptr"][i])
+            if keys[i] in origin and (len(ptrs_of[keys[i]]) == 1 or ptr in copies):
+                copies.add(ptr)
+                pairs.append((origin[keys[i]], int(reader[i])))
+    return np.array(pairs, np.int64).reshape(-1, 2)
 
 
 def _inner_waits(events: np.ndarray, ops: Ops) -> np.ndarray:
@@ -360,7 +431,9 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, run.end_ns)
     nodes, auto = _nodes(events, recording.nodes, graphs)
     ops, dropped = _ops(events, graphs, nodes, len(run.counters))
-    edges = _edges(nodes, _fused_second(nodes, ops))
+    copies = set(cont.split_copies if cont else ())
+    edges = _edges(nodes, _fused_second(nodes, ops), graphs, _split_steps(graphs, tokens),
+                   copies)
     _inherit_layers(nodes, auto, edges)
     return TraceModel(
         run=run,
@@ -381,6 +454,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
         inner_waits=_inner_waits(events, ops),
         host_calls=_host_calls(events, run.end_ns),
         device_ops=_device_ops(device, graphs, nodes),
+        split_copies=frozenset(copies),
     )
 
 

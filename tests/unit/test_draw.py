@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from profinfer_perfetto.draw.dag import (
+    INPUT_FILL,
+    DagInput,
     Fill,
     fill_colour,
     fill_levels,
@@ -26,6 +28,7 @@ from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from tests import synthetic
 from tests.conftest import Cli
+from tests.unit.test_split_flows import split_run
 
 TRACE = Path(__file__).resolve().parents[1] / "golden" / "query" / "tiny-qwen3moe.pftrace"
 ENGINES = (["trace_processor"] if os.environ.get("PROFINFER_TP_BIN") else []) + ["builtin"]
@@ -99,6 +102,29 @@ def test_the_dag_as_dot_and_by_bandwidth() -> None:
     # Node times span decades: the fill follows their logarithm.
     assert fill_levels([10.0, 100.0, 1000.0, 0.0]) == [0.0, 0.5, 1.0, 0.0]
     assert fill_levels([5.0, 5.0]) == [1.0, 1.0] and fill_levels([0.0]) == [0.0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_split_s_dag_shows_the_nodes_of_other_splits_that_fed_it(tmp_path: Path,
+                                                                   engine: str) -> None:
+    """A Vulkan run's steps cut into splits (CPU, Vulkan0, CPU; tests/unit/test_split_flows):
+    by default the first decode step's largest split, the device's; the nodes of the other
+    splits that fed it in boxes named by their backend."""
+    trace = tmp_path / "split.pftrace"
+    with trace.open("wb") as f:
+        write_perfetto(build_layout(build(split_run(2, 1))), f)
+    with TraceQuery(trace, EngineChoice(engine)) as q:
+        vulkan, output = read_dag(q, pick_graph(q, None)), read_dag(q, 5)
+    assert (vulkan.graph, vulkan.backend, vulkan.phase, len(vulkan.nodes)) == (
+        4, "Vulkan0", "decode", 3)
+    assert vulkan.inputs == [DagInput(3, "CPU", 0, "MUL_MAT", "embd", 0)]
+    (into_output,) = output.inputs
+    assert (output.backend, into_output.backend, into_output.tensor) == (
+        "CPU", "Vulkan0", "result_norm")
+    text = to_dot(vulkan)
+    assert 'label="graph 4 (Vulkan0), decode step 1' in text
+    assert 'label="graph 3 (CPU)"' in text and "g3n0 -> n0;" in text
+    assert f'g3n0 [label="MUL_MAT\\nembd", fillcolor="{INPUT_FILL}"' in text
 
 
 @pytest.mark.parametrize("engine", ENGINES)
