@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from scripts import assets
-from tests.integration.vulkan_oracle import sched_splits, vulkan_counts
+from tests.integration.vulkan_oracle import PROMPT, completion, sched_splits, vulkan_counts
 
 pytestmark = [
     pytest.mark.root,
@@ -19,15 +19,8 @@ pytestmark = [
                        reason="the Vulkan build is not made: scripts/setup.sh makes it"),
 ]
 
-PROMPT = "Paris is"
 MODELS = ("gemma-3-270m", "tiny-qwen3moe")
 
-
-def completion(name: str, layers: int, tokens: int) -> list[str]:
-    """llama-completion of the Vulkan build, greedy, with `layers` layers on the device."""
-    return [str(assets.llama_bin("llama-completion", "vulkan")), "-m", str(assets.model(name)),
-            "-p", PROMPT, "-n", str(tokens), "-t", "2", "-no-cnv", "--no-warmup", "-s", "1",
-            "--temp", "0", "--ignore-eos", "-ngl", str(layers)]
 
 
 def test_the_device_completes_the_prompt_as_the_cpu_does() -> None:

@@ -25,7 +25,7 @@ from scripts import assets
 from tests import trace_reader
 from tests.conftest import Cli
 from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
-from tests.integration.vulkan_oracle import VULKAN_COUNTED, sched_splits
+from tests.integration.vulkan_oracle import VULKAN_COUNTED, completion, sched_splits
 
 pytestmark = [
     pytest.mark.root,
@@ -76,24 +76,20 @@ WHERE g.name = '{VULKAN_GRAPH}' AND o.name NOT IN ({NOT_OPS})
 """Over the whole run: each counted function's slices, and the ops of the Vulkan splits."""
 
 
-def _command(tokens: int) -> list[str | Path]:
-    return [assets.llama_bin("llama-completion", "vulkan"), "-m", assets.model("gemma-3-270m"),
-            "-p", "Paris is", "-n", str(tokens), "-t", "2", "-no-cnv", "--no-warmup", "-s", "1",
-            "--temp", "0", "--ignore-eos", "-ngl", "99"]
-
 
 def test_the_trace_holds_the_device_s_splits_ops_submits_waits_and_copies(
         cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in assets.vulkan_env().items():
         monkeypatch.setenv(name, value)
-    command = _command(8)
+    command = completion("gemma-3-270m", 99, 8)
     lib = (Path(command[0]).parent / "libggml-vulkan.so.0").resolve()
     bpftrace = BpftraceCount(lib, {f: VULKAN_COUNTED[f] for fs in CALLS_OF.values() for f in fs})
     out = tmp_path / "vulkan.pftrace"
     result = cli("record", "-o", out, "--", *command)
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
-    (graph,) = {g.splits: g for g in sched_splits(_command(2), assets.vulkan_env())[1:]}.values()
+    graphs = sched_splits(completion("gemma-3-270m", 99, 2), assets.vulkan_env())[1:]
+    (graph,) = {g.splits: g for g in graphs}.values()
     cpu_nodes = sum(len(s.nodes) for s in graph.splits if s.backend == "CPU")
 
     trace = trace_reader.read(out)

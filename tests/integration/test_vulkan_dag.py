@@ -14,7 +14,7 @@ from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests.conftest import Cli
-from tests.integration.vulkan_oracle import sched_splits
+from tests.integration.vulkan_oracle import completion, sched_splits
 
 pytestmark = [
     pytest.mark.root,
@@ -35,22 +35,18 @@ WHERE ga.id != gb.id AND step.id = gb.parent_id ORDER BY a.ts, b.ts
 the graph and op slice it leaves and those it enters."""
 
 
-def _command(tokens: int) -> list[str | Path]:
-    return [assets.llama_bin("llama-completion", "vulkan"), "-m", assets.model("gemma-3-270m"),
-            "-p", "Paris is", "-n", str(tokens), "-t", "2", "-no-cnv", "--no-warmup", "-s", "1",
-            "--temp", "0", "--ignore-eos", "-ngl", "99"]
-
 
 def test_flows_cross_from_the_cpu_split_to_the_vulkan_split_and_back(
         cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in assets.vulkan_env().items():
         monkeypatch.setenv(name, value)
     out = tmp_path / "vulkan.pftrace"
-    result = cli("record", "-o", out, "--", *_command(3))
+    result = cli("record", "-o", out, "--", *completion("gemma-3-270m", 99, 3))
     assert result.returncode == 0, result.stderr
     # The scheduler's own account: a CPU split of the embeddings' GET_ROWS, the Vulkan split
     # reading its result, a CPU split of the output MUL_MAT reading the Vulkan split's last.
-    (graph,) = {g.splits: g for g in sched_splits(_command(2), assets.vulkan_env())[1:]}.values()
+    graphs = sched_splits(completion("gemma-3-270m", 99, 2), assets.vulkan_env())[1:]
+    (graph,) = {g.splits: g for g in graphs}.values()
     first, vulkan, last = graph.splits
     assert (first.backend, vulkan.backend, last.backend) == ("CPU", "Vulkan0", "CPU")
     (embd,), (output,) = first.nodes, last.nodes

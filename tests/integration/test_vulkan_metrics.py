@@ -18,6 +18,7 @@ from profinfer_perfetto.model.names import COPY_ARGS, PHASES
 from scripts import assets
 from tests import trace_reader
 from tests.conftest import Cli
+from tests.integration.vulkan_oracle import completion
 
 pytestmark = [
     pytest.mark.root,
@@ -31,9 +32,7 @@ ENGINES = ("builtin", "trace_processor") if TP_BIN else ("builtin",)
 
 def _record(cli: Cli, out: Path, ngl: str) -> None:
     result = cli("record", "--gpu-timestamps", "-o", out, "--",
-                 assets.llama_bin("llama-completion", "vulkan"), "-m",
-                 assets.model("gemma-3-270m"), "-p", "Paris is", "-n", "3", "-t", "2", "-no-cnv",
-                 "--no-warmup", "-s", "1", "--temp", "0", "--ignore-eos", "-ngl", ngl)
+                 *completion("gemma-3-270m", int(ngl), 3))
     assert result.returncode == 0, result.stderr
 
 

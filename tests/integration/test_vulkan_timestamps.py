@@ -23,6 +23,7 @@ from scripts import assets
 from tests import trace_reader
 from tests.conftest import Cli
 from tests.integration.test_bad_input import _one_sentence
+from tests.integration.vulkan_oracle import completion
 
 VULKAN_BUILT = (assets.bin_dir("vulkan").parent / ".complete").is_file()
 TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
@@ -54,9 +55,7 @@ def test_each_timed_op_has_its_device_time_within_its_split(
         monkeypatch.setenv(name, value)
     out = tmp_path / "timed.pftrace"
     result = cli("record", "--gpu-timestamps", "-o", out, "--",
-                 assets.llama_bin("llama-completion", "vulkan"), "-m",
-                 assets.model("gemma-3-270m"), "-p", "Paris is", "-n", "4", "-t", "2", "-no-cnv",
-                 "--no-warmup", "-s", "1", "--temp", "0", "--ignore-eos", "-ngl", "99")
+                 *completion("gemma-3-270m", 99, 4))
     assert result.returncode == 0, result.stderr
     logged = _logged(result.stderr)
     trace = trace_reader.read(out)

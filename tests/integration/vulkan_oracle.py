@@ -11,7 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profinfer_perfetto.analysis.elf import ElfFile
+from scripts import assets
 from tests.integration.bpftrace_count import BpftraceCount
+
+PROMPT = "Paris is"
+
+
+def completion(name: str, layers: int, tokens: int) -> list[str]:
+    """llama-completion of the Vulkan build, greedy, with `layers` layers on the device."""
+    return [str(assets.llama_bin("llama-completion", "vulkan")), "-m", str(assets.model(name)),
+            "-p", PROMPT, "-n", str(tokens), "-t", "2", "-no-cnv", "--no-warmup", "-s", "1",
+            "--temp", "0", "--ignore-eos", "-ngl", str(layers)]
 
 
 @dataclass(frozen=True)

@@ -32,20 +32,20 @@ INCLUDE PERFETTO MODULE profinfer.prelude.ops;
 INCLUDE PERFETTO MODULE profinfer.prelude.devices;
 
 CREATE PERFETTO VIEW profinfer_backend_split AS
-WITH host AS (
-  SELECT phase, op, role, src0 AS weights, backend, COUNT(*) AS count, SUM(dur) AS total_ns,
-         SUM(flops) AS flops
-  FROM profinfer_node
-  WHERE flops > 0
-  GROUP BY phase, op, role, src0, backend
+WITH timed AS (
+  SELECT 'host' AS clock, phase, op, role, src0, backend, dur, flops FROM profinfer_node
+  UNION ALL
+  SELECT 'device', phase, op, role, src0, backend, dur, flops FROM profinfer_device_op
 ),
-device AS (
-  SELECT phase, op, role, src0 AS weights, backend, COUNT(*) AS count, SUM(dur) AS total_ns,
-         SUM(flops) AS flops
-  FROM profinfer_device_op
+grouped AS (
+  SELECT clock, phase, op, role, src0 AS weights, backend, COUNT(*) AS count,
+         SUM(dur) AS total_ns, SUM(flops) AS flops
+  FROM timed
   WHERE flops > 0
-  GROUP BY phase, op, role, src0, backend
+  GROUP BY clock, phase, op, role, src0, backend
 ),
+host AS (SELECT * FROM grouped WHERE clock = 'host'),
+device AS (SELECT * FROM grouped WHERE clock = 'device'),
 per AS (
   SELECT h.phase, h.op, h.role, h.weights, h.backend,
          CASE WHEN d.count IS NOT NULL THEN 'device'
