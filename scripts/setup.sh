@@ -9,8 +9,8 @@
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared, static and BLAS builds, and an
 #      older version's shared build for the version matrix, and three more shared builds of the
 #      current version: for arm64 (cross-compiled, plain and with BTI/PAC) and made with clang
-#      with the CPU backend dlopened, and with the Vulkan backend (cached); the sdist's wheel in a venv of its own (llama.cpp
-#      loaded by Python)
+#      with the CPU backend dlopened, and with the Vulkan backend (cached); the sdist's wheel
+#      in a venv of its own (llama.cpp loaded by Python)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
 #   6. trace_processor: the perfetto API's pinned binary, where a network allows (cached)
 # Slow steps are cached under $PROFINFER_CACHE (see scripts/assets.py).
