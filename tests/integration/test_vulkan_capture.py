@@ -77,18 +77,19 @@ WHERE g.name = '{VULKAN_GRAPH}' AND o.name NOT IN ({NOT_OPS})
 
 
 
+@pytest.mark.parametrize("model", ["gemma-3-270m", "tiny-qwen3moe"])
 def test_the_trace_holds_the_device_s_splits_ops_submits_waits_and_copies(
-        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str) -> None:
     for name, value in assets.vulkan_env().items():
         monkeypatch.setenv(name, value)
-    command = completion("gemma-3-270m", 99, 8)
+    command = completion(model, 99, 8)
     lib = (Path(command[0]).parent / "libggml-vulkan.so.0").resolve()
     bpftrace = BpftraceCount(lib, {f: VULKAN_COUNTED[f] for fs in CALLS_OF.values() for f in fs})
     out = tmp_path / "vulkan.pftrace"
     result = cli("record", "-o", out, "--", *command)
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
-    graphs = sched_splits(completion("gemma-3-270m", 99, 2), assets.vulkan_env())[1:]
+    graphs = sched_splits(completion(model, 99, 2), assets.vulkan_env())[1:]
     (graph,) = {g.splits: g for g in graphs}.values()
     cpu_nodes = sum(len(s.nodes) for s in graph.splits if s.backend == "CPU")
 
@@ -115,5 +116,8 @@ def test_the_trace_holds_the_device_s_splits_ops_submits_waits_and_copies(
         # in it, the host's wait for the device, and the CPU splits with all their nodes.
         assert {(r["graphs"], r["vulkan_ops"], r["cpu_ops"]) for r in rows} == {
             (1, rows[0]["vulkan_ops"], cpu_nodes)}, engine
-        assert rows[0]["vulkan_ops"] > 0 and all(r["submit"] > 0 and r["wait"] >= 1
-                                                 for r in rows), engine
+        assert rows[0]["vulkan_ops"] > 0 and all(r["submit"] > 0 for r in rows), engine
+        # Gemma's last split is the CPU's (the tied output matmul), which waits for the device
+        # within the step; where the device computes the output (tiny-qwen3moe), the host waits
+        # when it reads the logits, which may fall after the step: the totals above count it.
+        assert model != "gemma-3-270m" or all(r["wait"] >= 1 for r in rows), engine
