@@ -13,10 +13,19 @@ from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.package import FOLDER
 from tests import synthetic, trace_reader
 from tests.unit.test_query import TRACE
+from tests.unit.test_vulkan_model import _vulkan_step
+from tests.unit.test_vulkan_timestamps import _timed_step
+
+
+def _layouts() -> list[Layout]:
+    """The synthetic CPU recording's layout, and those of the synthetic Vulkan splits (host
+    calls and copies; device times)."""
+    return [build_layout(build(rec)) for rec in (synthetic.recording(), _vulkan_step(),
+                                                 _timed_step())]
 
 
 def _layout() -> Layout:
-    return build_layout(build(synthetic.recording()))
+    return _layouts()[0]
 
 
 def _written_args(layout: Layout) -> set[str]:
@@ -44,7 +53,8 @@ def test_trace_processor_flattens_dots_and_brackets() -> None:
 
 
 def test_every_arg_key_the_sql_reads_is_written() -> None:
-    written = {arg_key(n) for n in _written_args(_layout()) | _recorded_args()}
+    written = {arg_key(n) for layout in _layouts() for n in _written_args(layout)}
+    written |= {arg_key(n) for n in _recorded_args()}
     prefixes = {ARG_KEY_PREFIX + COUNTER_ARG_PREFIX}
     for file, sql in _sql().items():
         for key in set(re.findall(r"'(debug\.[\w-]+)'", sql)) - prefixes:
@@ -54,7 +64,7 @@ def test_every_arg_key_the_sql_reads_is_written() -> None:
 
 
 def test_every_slice_name_the_sql_reads_is_written() -> None:
-    layout = _layout()
+    strings = {name for layout in _layouts() for name in layout.strings}
     for file, sql in _sql().items():
         for name in re.findall(r"\bname = '([^']+)'", sql):
-            assert name in layout.strings, f"{file} reads slices named {name!r}: none written"
+            assert name in strings, f"{file} reads slices named {name!r}: none written"
