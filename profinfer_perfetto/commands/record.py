@@ -223,9 +223,9 @@ class RecordCommand:
                 text_out.detach()
             else:
                 written = write_perfetto(layout, out)
-        print(summary(RunTotals.of(model), model, self.output, written,
-                      "events" if self.json else "packets"))
-        return ExitCode.OK
+        totals = RunTotals.of(model)
+        print(summary(totals, model, self.output, written, "events" if self.json else "packets"))
+        return self._timed(totals)
 
     def _streamed(self, probe_plan: ProbePlan | None) -> int:
         """Write the trace while the run goes (--stream, --max-size)."""
@@ -236,7 +236,7 @@ class RecordCommand:
             stream.abandon()
             raise
         stream.finish(recording)
-        return report_written(stream)
+        return self._timed(report_written(stream))
 
     def _spilled(self, probe_plan: ProbePlan | None) -> int:
         """Keep the run's records on disk as they come, and write the trace from them, chunk by
@@ -254,7 +254,16 @@ class RecordCommand:
             self._keep(spill, exc)
             raise
         spill.remove()
-        return report_written(stream)
+        return self._timed(report_written(stream))
+
+    def _timed(self, totals: RunTotals) -> int:
+        """Bad input found once the run is written: --gpu-timestamps where no device ran."""
+        if self.request.gpu_timestamps and not totals.device_ops:
+            raise ProfinferError(
+                f"--gpu-timestamps: no op ran on a Vulkan device, so {self.output} holds the "
+                "run's host work only (ggml-vulkan opened no device: a CPU-type one such as "
+                "Mesa's lavapipe needs GGML_VK_VISIBLE_DEVICES=0; or -ngl put no layer on it)")
+        return ExitCode.OK
 
     def _keep(self, spill: Spill, exc: BaseException) -> None:
         """The capture or the trace's writing failed: keep the drains written whole for
@@ -329,14 +338,14 @@ def noted(recording: Recording, notes: list[str]) -> Recording:
     return replace(recording, run=replace(recording.run, notes=[*recording.run.notes, *notes]))
 
 
-def report_written(stream: TraceStream) -> int:
-    """Say what was recorded and where it went."""
+def report_written(stream: TraceStream) -> RunTotals:
+    """Say what was recorded and where it went; the run's totals."""
     assert stream.last is not None, "finish() writes the run's last chunk"
     print(summary(stream.totals, stream.last, stream.files[-1], stream.packets, "packets"))
     if len(stream.files) > 1:
         print(f"  the run is in {len(stream.files)} files, {stream.files[0].name} to "
               f"{stream.files[-1].name}, each a whole trace")
-    return ExitCode.OK
+    return stream.totals
 
 
 def _aggregate_table(model: TraceModel, top: int = 15) -> list[str]:

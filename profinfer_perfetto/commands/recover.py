@@ -18,6 +18,7 @@ from profinfer_perfetto.capture.spill import (
 from profinfer_perfetto.commands.record import report_written
 from profinfer_perfetto.encode.output import check_writable
 from profinfer_perfetto.encode.stream import write_trace
+from profinfer_perfetto.errors import ExitCode
 
 RECOVERED = "recorder killed"
 """The status of a recovered run."""
@@ -43,4 +44,5 @@ class RecoverCommand:
             stream = write_trace(self.output, drains, ended)
             make_durable(stream.files)
             shutil.rmtree(folder)
-        return report_written(stream)
+        report_written(stream)
+        return ExitCode.OK

@@ -19,6 +19,8 @@ class RunTotals:
     edges: int = 0
     events: int = 0
     dropped_ops: int = 0
+    device_ops: int = 0
+    """Ops timed on a device (record --gpu-timestamps)."""
 
     def add(self, model: TraceModel) -> None:
         for batch in step_batches(model):
@@ -30,6 +32,7 @@ class RunTotals:
         self.edges += len(model.edges)
         self.events += model.event_count
         self.dropped_ops += model.dropped_ops
+        self.device_ops += 0 if model.device_ops is None else len(model.device_ops.begin)
 
     @staticmethod
     def of(model: TraceModel) -> RunTotals:

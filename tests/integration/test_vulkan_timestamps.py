@@ -105,3 +105,20 @@ def test_gpu_timestamps_without_a_vulkan_backend(cli: Cli, llama: Callable[..., 
     assert result.returncode == 2
     _one_sentence(result.stderr, "this command has no such backend")
     assert not out.exists()
+
+
+def test_gpu_timestamps_where_no_device_ran(cli: Cli, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Vulkan build on a machine whose only device ggml-vulkan skips unless told (Mesa's
+    lavapipe is a CPU-type device): the run falls back to the CPU, whole, and the trace is
+    kept, but the times asked for are not in it: one sentence, exit 2."""
+    env = assets.vulkan_env()
+    monkeypatch.setenv("MESA_SHADER_CACHE_DIR", env["MESA_SHADER_CACHE_DIR"])
+    monkeypatch.delenv("GGML_VK_VISIBLE_DEVICES", raising=False)
+    out = tmp_path / "cpu.pftrace"
+    result = cli("record", "--gpu-timestamps", "-o", out, "--", *completion("gemma-3-270m", 99, 2))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    # The target's own output is on stderr too: the sentence is the last line.
+    assert "--gpu-timestamps: no op ran on a Vulkan device" in result.stderr.splitlines()[-1]
+    assert "no usable GPU found" in result.stderr  # llama.cpp's own word for it
+    assert trace_reader.read(out).slices
