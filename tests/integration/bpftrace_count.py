@@ -8,8 +8,10 @@ import signal
 import subprocess
 from pathlib import Path
 
-RESEND = 120
-"""Seconds before bpftrace is sent SIGINT again (BpftraceCount.stop)."""
+RESEND = 20
+"""Seconds before bpftrace is sent SIGINT again (BpftraceCount.stop). Harmless while it
+detaches: its handler stays (a resent SIGINT ended a missed one with the counts whole,
+test_vulkan_build 2026-11-27)."""
 
 
 class BpftraceCount:
@@ -35,8 +37,8 @@ class BpftraceCount:
         # bpftrace detaches its probes before it prints: slow on a loaded machine (over 120 s
         # where other recorders attached and detached uprobes beside it). bpftrace 0.17 once in
         # some runs misses the SIGINT and waits for events for good (2026-11-27: a second one
-        # ended it), so the signal is sent again every RESEND s; 600 s in all is a guard
-        # against a hang, not a bound on time.
+        # ended it), so the signal is sent again every RESEND s; 600 s in all is a guard against
+        # a hang, not a bound on time.
         for _ in range(600 // RESEND):
             self.proc.send_signal(signal.SIGINT)
             try:

@@ -173,13 +173,23 @@ def test_a_signal_while_watching_leaves_nothing_stopped(sig: int, tmp_path: Path
 
 
 def _held_child(recorder: subprocess.Popen[str]) -> int:
-    """The PID of the command the recorder launched (held before its exec), once there."""
+    """The PID of the command the recorder launched (held before its exec: `python -c HOLD`),
+    once there. Not any child: the recorder runs ldd on the command's files before it launches
+    it (a fresh clone once took ldd for the command, and found it a zombie after the recorder)."""
     children = Path(f"/proc/{recorder.pid}/task/{recorder.pid}/children")
-    while not (pids := children.read_text().split()):
+    while not (held := [pid for pid in children.read_text().split() if _argv(pid)[1:2] == ["-c"]]):
         assert recorder.poll() is None, "the recorder ended before it launched the command"
         time.sleep(0.01)
-    (pid,) = pids
+    (pid,) = held
     return int(pid)
+
+
+def _argv(pid: str) -> list[str]:
+    """A process's arguments ([] once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
 
 
 def test_sigterm_while_the_probes_compile_ends_the_launched_target(

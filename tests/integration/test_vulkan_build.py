@@ -50,11 +50,11 @@ def test_the_scheduler_splits_each_token_step_between_the_device_and_the_cpu(nam
 
 @pytest.mark.parametrize("name", MODELS)
 def test_bpftrace_counts_the_device_s_work_per_token(name: str) -> None:
-    """Counted in a run of 9 tokens less one of 1: 8 token steps, without the model's load and
+    """Counted in a run of 5 tokens less one of 1: 4 token steps, without the model's load and
     the prompt's step."""
     env = assets.vulkan_env()
-    short, long = (vulkan_counts(completion(name, 99, n), env) for n in (1, 9))
-    per_token = {k: (long[k] - short[k]) / 8 for k in long}
+    short, long = (vulkan_counts(completion(name, 99, n), env) for n in (1, 5))
+    per_token = {k: (long[k] - short[k]) / 4 for k in long}
     graph = sched_splits(completion(name, 99, 2), env)[-1]
     device = [s for s in graph.splits if s.backend == "Vulkan0"]
     # The scheduler hands each split to its backend once; the Vulkan backend computes its own.
