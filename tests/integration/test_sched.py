@@ -74,7 +74,7 @@ def _hog_beside(recorder: subprocess.Popen[str]) -> int:
 def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
     """A busy loop pinned to one of the target's CPUs while it decodes, stopped before the
     recording ends: `sched` has each time the kernel switched it in (as many as its schedstat
-    counts), mostly on that CPU; `interference_tasks` names it with a part of its time there
+    counts, but for the runs beside a switch a full ring lost), mostly on that CPU; `interference_tasks` names it with a part of its time there
     (what it took while the target wanted the CPUs); a step's top task took a part of the
     time others took. (Which task is a step's top depends on what else the machine runs.)"""
     if HOG_CPU not in os.sched_getaffinity(0):
@@ -96,10 +96,13 @@ def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
         with TraceQuery(out, EngineChoice(engine)) as q:
             tasks = {row["tid"]: row for row in _records(q.metric("interference_tasks"))}
             steps = _records(q.metric("interference"))
-            lost = q.recording_args()["events_lost"]
+            lost = int(q.recording_args()["sched_lost"])
             on_cpu = q.sql(f"select cpu, count(*), sum(dur) from sched s join thread t "
                            f"using (utid) where t.tid = {pid} group by cpu").rows
-        assert sum(row[1] for row in on_cpu) == hog_runs, (engine, on_cpu, hog_runs, lost)
+        # A scheduling record lost to a full ring (counted: sched_lost) leaves the runs on each
+        # side of its switch without an end or a begin.
+        runs = sum(row[1] for row in on_cpu)
+        assert hog_runs - 2 * lost <= runs <= hog_runs, (engine, on_cpu, hog_runs, lost)
         assert max(on_cpu, key=lambda row: row[1])[0] == HOG_CPU, (engine, on_cpu)
         assert pid in tasks, (engine, sorted(tasks))
         assert 0 < tasks[pid]["taken_ns"] <= sum(row[2] for row in on_cpu), engine
