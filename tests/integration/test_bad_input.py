@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import Cli
 
 
-def _one_sentence(stderr: str, expected: str) -> None:
+def one_sentence(stderr: str, expected: str) -> None:
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     assert "Traceback" not in stderr and expected in lines[0], stderr
@@ -24,7 +24,7 @@ def test_not_root(cli: Cli, llama: Callable[..., Path], model: Callable[[str], P
     result = cli("record", "-o", out, "--", llama("llama-completion"), "-m",
                  model("tiny-llama"), "-n", "2", user="65534")
     assert result.returncode == 2
-    _one_sentence(result.stderr, "needs root: run it with sudo")
+    one_sentence(result.stderr, "needs root: run it with sudo")
     assert not out.exists()
 
 
@@ -41,7 +41,7 @@ def test_bad_target(cli: Cli, tmp_path: Path, args: list[str], expected: str) ->
     out = tmp_path / "x.pftrace"
     result = cli("record", "-o", out, *args)
     assert result.returncode == 2
-    _one_sentence(result.stderr, expected)
+    one_sentence(result.stderr, expected)
     assert not out.exists()
 
 
@@ -60,7 +60,7 @@ def test_a_command_that_never_loads_ggml(cli: Cli, tmp_path: Path, args: list[st
     out = tmp_path / "x.pftrace"
     result = cli("record", "-o", out, *args)
     assert result.returncode == 2
-    _one_sentence(result.stderr, expected)
+    one_sentence(result.stderr, expected)
     assert not out.exists()
 
 
@@ -70,7 +70,7 @@ def test_unwritable_output(cli: Cli, llama: Callable[..., Path],
     result = cli("record", "-o", "/nonexistent/dir/x.pftrace", "--",
                  llama("llama-completion"), "-m", model("tiny-llama"), "-n", "2")
     assert result.returncode == 2
-    _one_sentence(result.stderr, "cannot write /nonexistent/dir/x.pftrace: No such file")
+    one_sentence(result.stderr, "cannot write /nonexistent/dir/x.pftrace: No such file")
 
 
 def test_ebpf_prints_the_program(cli: Cli, llama: Callable[..., Path]) -> None:

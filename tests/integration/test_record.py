@@ -249,7 +249,7 @@ def test_record_a_static_build(cli: Cli, llama: Callable[..., Path],
 
 
 @contextmanager
-def _server(llama: Callable[..., Path], model: Callable[[str], Path],
+def running_server(llama: Callable[..., Path], model: Callable[[str], Path],
             *flags: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """A llama-server on tiny-llama, up and answering; its process and URL. It listens on a
     port the kernel chooses (--port 0), read back from the kernel's table of sockets."""
@@ -266,7 +266,7 @@ def _server(llama: Callable[..., Path], model: Callable[[str], Path],
         server.wait(timeout=30)
 
 
-def _stop(recorder: subprocess.Popen[str]) -> None:
+def stop_recorder(recorder: subprocess.Popen[str]) -> None:
     recorder.send_signal(signal.SIGINT)
     _, stderr = recorder.communicate(timeout=60)
     assert recorder.returncode == 0, stderr
@@ -275,13 +275,13 @@ def _stop(recorder: subprocess.Popen[str]) -> None:
 def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
                                     model: Callable[[str], Path], tmp_path: Path) -> None:
     out = tmp_path / "server.pftrace"
-    with _server(llama, model, "-c", "512") as (server, url):
+    with running_server(llama, model, "-c", "512") as (server, url):
         recorder, _ = start_recorder(out, "--pid", str(server.pid))
         bpftrace = BpftraceCount(llama("llama-server").parent / "libggml-cpu.so.0", COUNTED)
         for _ in range(2):
             _post(f"{url}/completion", {"prompt": PROMPT, "n_predict": 8})
         counts = bpftrace.stop(server.pid)
-        _stop(recorder)
+        stop_recorder(recorder)
     trace = trace_reader.read(out)
     rec = record_slice(trace)
     assert rec.args["status"] == "recorder stopped by SIGINT"
@@ -297,7 +297,7 @@ def test_a_server_s_steps_with_two_sequences(cli: Cli, llama: Callable[..., Path
     sequence ids, which the steps take (with --pid, where counting tokens could not know the
     positions); a batch of one token per sequence is a decode step, never a prefill."""
     out = tmp_path / "server.pftrace"
-    with _server(llama, model, "-c", "2048", "-np", "2") as (server, url):
+    with running_server(llama, model, "-c", "2048", "-np", "2") as (server, url):
         recorder, _ = start_recorder(out, "--pid", str(server.pid))
         body = {"prompt": PROMPT, "n_predict": 32, "ignore_eos": True}
         clients = [threading.Thread(target=_post, args=(f"{url}/completion", body))
@@ -306,7 +306,7 @@ def test_a_server_s_steps_with_two_sequences(cli: Cli, llama: Callable[..., Path
             c.start()
         for c in clients:
             c.join()
-        _stop(recorder)
+        stop_recorder(recorder)
     trace = trace_reader.read(out)
     steps = [s.args for s in trace.slices if "phase" in s.args]
     assert steps and all("pos" in a and 1 <= a["sequences"] <= 2 for a in steps)

@@ -17,7 +17,7 @@ from profinfer_perfetto.commands.recover import RECOVERED
 from profinfer_perfetto.encode.stream import part_path
 from tests.conftest import Cli
 from tests.integration.test_record import start_recorder, wait_for_a_token
-from tests.integration.test_stream import _generation
+from tests.integration.test_stream import generation
 
 pytestmark = pytest.mark.root
 
@@ -27,7 +27,7 @@ def test_a_trace_that_cannot_be_written_leaves_the_records_for_recover(
     """A folder takes OUTPUT.part's name while the capture runs: writing the trace then fails,
     and the records stay for `recover`."""
     out = tmp_path / "run.pftrace"
-    recorder, pid = start_recorder(out, "--", *_generation("tiny-llama", -1))
+    recorder, pid = start_recorder(out, "--", *generation("tiny-llama", -1))
     try:
         wait_for_a_token(recorder)
         part_path(out).mkdir()
@@ -50,7 +50,7 @@ def test_recover_refuses_the_records_of_a_recorder_still_running(
     """The recorder holds its folder's lock: `recover` says so and leaves the folder, and the
     recorder, stopped by Ctrl-C, writes its trace from it."""
     out = tmp_path / "run.pftrace"
-    recorder, pid = start_recorder(out, "--", *_generation("tiny-llama", -1))
+    recorder, pid = start_recorder(out, "--", *generation("tiny-llama", -1))
     try:
         wait_for_a_token(recorder)
         refused = cli("recover", out)

@@ -74,9 +74,10 @@ def _hog_beside(recorder: subprocess.Popen[str]) -> int:
 def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
     """A busy loop pinned to one of the target's CPUs while it decodes, stopped before the
     recording ends: `sched` has each time the kernel switched it in (as many as its schedstat
-    counts, but for the runs beside a switch a full ring lost), mostly on that CPU; `interference_tasks` names it with a part of its time there
-    (what it took while the target wanted the CPUs); a step's top task took a part of the
-    time others took. (Which task is a step's top depends on what else the machine runs.)"""
+    counts, but for the runs beside a switch a full ring lost), mostly on that CPU;
+    `interference_tasks` names it with a part of its time there (what it took while the target
+    wanted the CPUs); a step's top task took a part of the time others took. (Which task is a
+    step's top depends on what else the machine runs.)"""
     if HOG_CPU not in os.sched_getaffinity(0):
         pytest.skip(f"CPU {HOG_CPU} is not available here")
     out = tmp_path / "hog.pftrace"

@@ -11,7 +11,7 @@ import pytest
 from profinfer_perfetto.capture.redact import REDACTED
 from tests import trace_reader
 from tests.conftest import Cli
-from tests.integration.test_record import _server, _stop, completion, start_recorder
+from tests.integration.test_record import completion, running_server, start_recorder, stop_recorder
 
 pytestmark = pytest.mark.root
 
@@ -35,9 +35,9 @@ def test_a_token_on_the_command_line_stays_out_of_the_trace(
 def test_an_api_key_of_a_server_recorded_by_pid_stays_out_of_the_trace(
         llama: Callable[..., Path], model: Callable[[str], Path], tmp_path: Path) -> None:
     out = tmp_path / "server.pftrace"
-    with _server(llama, model, "-c", "512", "--api-key", SECRET) as (server, _):
+    with running_server(llama, model, "-c", "512", "--api-key", SECRET) as (server, _):
         recorder, _ = start_recorder(out, "--pid", str(server.pid))
-        _stop(recorder)
+        stop_recorder(recorder)
     assert SECRET.encode() not in out.read_bytes()
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     (rec,) = [s for s in trace_reader.read(out).slices if s.name == "record"]

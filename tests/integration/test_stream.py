@@ -28,7 +28,7 @@ pytestmark = pytest.mark.root
 
 TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
 ENGINES = ("builtin", "trace_processor") if TP_BIN else ("builtin",)
-def _generation(model: str, n: int) -> list[str]:
+def generation(model: str, n: int) -> list[str]:
     """`n` tokens (-1: without end, the context shifting) of a seeded generation."""
     return [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)), "-p",
             PROMPT, "-n", str(n), "-t", "2", "-no-cnv", "--no-warmup", "-s", "1", "--ignore-eos",
@@ -103,7 +103,7 @@ def test_a_killed_recorder_leaves_the_run_up_to_the_kill(cli: Cli, tmp_path: Pat
     out.parent.mkdir()
     before.parent.mkdir()
     recorder, pid = start_recorder(out, *(["--stream"] if stream else []), "--",
-                                   *_generation("medium-llama", -1))
+                                   *generation("medium-llama", -1))
     try:
         wait_for_a_token(recorder)
         # twice: the second write follows a drain that began after the token was printed
@@ -145,7 +145,7 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
     with _small_disk(tmp_path, "4m") as disk:
         out = disk / "run.pftrace"
         result = cli("record", "-o", out, *(["--stream"] if stream else []), "--",
-                     *_generation("tiny-llama", 3000))
+                     *generation("tiny-llama", 3000))
         assert result.returncode == 2, result.stderr
         (said,) = [line for line in result.stderr.splitlines()
                    if line.startswith("profinfer-perfetto:") and "tracing pid" not in line]
@@ -166,7 +166,7 @@ def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None
     out = tmp_path / "run.pftrace"
     # tokens enough for more than three files of 1 MiB, however fast the machine
     result = cli("record", "-o", out, "--max-size", "1M", "--rotate", "2",
-                 "--", *_generation("tiny-llama", 1500))
+                 "--", *generation("tiny-llama", 1500))
     assert result.returncode == 0, result.stderr
     files = sorted(tmp_path.glob("run.*.pftrace"))
     assert len(files) == 2 and not list(tmp_path.glob("*.part"))
@@ -188,7 +188,7 @@ def test_by_default_the_run_is_written_when_it_ends(cli: Cli, tmp_path: Path) ->
     """Without --stream: nothing beside the target while it runs but writing its records
     (OUTPUT.records, gone once the trace is written); one whole trace at the end."""
     out = tmp_path / "run.pftrace"
-    result = cli("record", "-o", out, "--", *_generation("tiny-llama", 16))
+    result = cli("record", "-o", out, "--", *generation("tiny-llama", 16))
     assert result.returncode == 0, result.stderr
     assert sorted(tmp_path.iterdir()) == [out]
     with TraceQuery(out, EngineChoice("builtin")) as q:

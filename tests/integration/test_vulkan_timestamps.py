@@ -22,7 +22,7 @@ from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests import trace_reader
 from tests.conftest import Cli
-from tests.integration.test_bad_input import _one_sentence
+from tests.integration.test_bad_input import one_sentence
 from tests.integration.vulkan_oracle import completion
 
 VULKAN_BUILT = (assets.bin_dir("vulkan").parent / ".complete").is_file()
@@ -92,7 +92,7 @@ def test_gpu_timestamps_on_a_running_process(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "x.pftrace"
     result = cli("record", "--gpu-timestamps", "--pid", str(os.getpid()), "-o", out)
     assert result.returncode == 2
-    _one_sentence(result.stderr, "--gpu-timestamps needs a command to launch")
+    one_sentence(result.stderr, "--gpu-timestamps needs a command to launch")
     assert not out.exists()
 
 
@@ -103,7 +103,7 @@ def test_gpu_timestamps_without_a_vulkan_backend(cli: Cli, llama: Callable[..., 
     result = cli("record", "--gpu-timestamps", "-o", out, "--", llama("llama-completion"), "-m",
                  model("tiny-llama"), "-n", "2")
     assert result.returncode == 2
-    _one_sentence(result.stderr, "this command has no such backend")
+    one_sentence(result.stderr, "this command has no such backend")
     assert not out.exists()
 
 

@@ -21,8 +21,7 @@ from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
-from tests.unit.test_vulkan_model import _vulkan_step
-from tests.unit.test_vulkan_timestamps import _timed_step
+from tests import synthetic
 
 TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
 ENGINES = ("builtin", "trace_processor") if TP_BIN else ("builtin",)
@@ -50,7 +49,7 @@ def _matmul(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_a_timed_gpu_op_has_its_device_time_and_the_step_s_copies(tmp_path: Path) -> None:
-    split = _answers(_timed_step(), tmp_path)["backend_split"]
+    split = _answers(synthetic.timed_step(), tmp_path)["backend_split"]
     assert {r["backend"] for r in split} == {VULKAN_NAME}
     up = _matmul(split)
     # Its device slice (300 ns), not its host recording (400 ns).
@@ -64,7 +63,7 @@ def test_a_timed_gpu_op_has_its_device_time_and_the_step_s_copies(tmp_path: Path
 
 
 def test_an_untimed_gpu_op_says_its_time_is_the_host_s_recording(tmp_path: Path) -> None:
-    split = _answers(_vulkan_step(), tmp_path)["backend_split"]
+    split = _answers(synthetic.vulkan_step(), tmp_path)["backend_split"]
     up = _matmul(split)
     assert (up["time_from"], up["total_ns"]) == ("host recording", 400)
     # Not comparable with a backend's compute time: it wins nothing.
@@ -72,7 +71,7 @@ def test_an_untimed_gpu_op_says_its_time_is_the_host_s_recording(tmp_path: Path)
 
 
 def test_the_other_metrics_know_the_gpu_backend(tmp_path: Path) -> None:
-    answers = _answers(_vulkan_step(), tmp_path)
+    answers = _answers(synthetic.vulkan_step(), tmp_path)
     assert {r["backend"] for r in answers["op_summary"]} == {VULKAN_NAME}
     (graph,) = answers["graph_summary"]
     # The host recorded for 400 + 400 + 300 ns and waited for the device 4_400 ns.

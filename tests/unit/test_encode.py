@@ -173,11 +173,11 @@ def test_waits_inside_an_op_are_drawn_within_it(tmp_path: Path) -> None:
     draws nothing."""
     rec = synthetic.recording()
     extra = np.array([
-        synthetic._event(3_500, Kind.INNER_WAIT_BEGIN, synthetic.WORKER, cpu=1),
-        synthetic._event(4_200, Kind.INNER_WAIT_END, synthetic.WORKER, cpu=1),
-        synthetic._event(8_700, Kind.INNER_WAIT_BEGIN, synthetic.WORKER, cpu=1),
-        synthetic._event(12_500, Kind.INNER_WAIT_BEGIN, synthetic.MAIN),
-        synthetic._event(12_600, Kind.INNER_WAIT_END, synthetic.MAIN),
+        synthetic.event(3_500, Kind.INNER_WAIT_BEGIN, synthetic.WORKER, cpu=1),
+        synthetic.event(4_200, Kind.INNER_WAIT_END, synthetic.WORKER, cpu=1),
+        synthetic.event(8_700, Kind.INNER_WAIT_BEGIN, synthetic.WORKER, cpu=1),
+        synthetic.event(12_500, Kind.INNER_WAIT_BEGIN, synthetic.MAIN),
+        synthetic.event(12_600, Kind.INNER_WAIT_END, synthetic.MAIN),
     ], synthetic.EVENT)
     rec = dataclasses.replace(rec, events=np.concatenate([rec.events, extra]))
     path = tmp_path / "inner.pftrace"

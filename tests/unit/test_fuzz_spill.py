@@ -21,7 +21,6 @@ from profinfer_perfetto.capture.spill import INDEX_FILE, RUN_FILE, Spill, read_d
 from profinfer_perfetto.commands.recover import RecoverCommand
 from profinfer_perfetto.errors import ProfinferError
 from tests import synthetic
-from tests.unit.test_stream import _drains
 
 Folder = dict[str, bytes | None]
 """A records folder: each file's bytes (None: removed)."""
@@ -33,7 +32,7 @@ def _real() -> tuple[tuple[str, bytes], ...]:
     rec = synthetic.decode_run(3, steps=4)
     with tempfile.TemporaryDirectory() as tmp:
         spill = Spill(spill_path(Path(tmp) / "run.pftrace"), len(rec.run.counters))
-        for drained in _drains(rec, 3):
+        for drained in synthetic.drains(rec, 3):
             assert spill(drained, rec.run) is None
         assert spill.finish() is None
         spill.close()

@@ -30,7 +30,7 @@ from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.engines import EngineChoice
 from tests import synthetic
 from tests.conftest import Cli
-from tests.synthetic import ATTN_NORM, EVENT, MAIN, NORM, WORKER, _event
+from tests.synthetic import ATTN_NORM, EVENT, MAIN, NORM, WORKER, event
 
 B = ("--engine", "builtin")
 Q4_0 = synthetic.GGML.types.index("q4_0")
@@ -60,14 +60,14 @@ def _unfused() -> Recording:
     rec = synthetic.recording()
     kept = [tuple(e) for e in rec.events.tolist() if not 8_500 <= e[0] <= 9_900]
     split = [
-        _event(8_500, Kind.OP_BEGIN, MAIN, arg0=NORM, ith=0, aux=2, counter=12),
-        _event(8_600, Kind.OP_BEGIN, WORKER, arg0=NORM, ith=1, aux=2, cpu=1, counter=51),
-        _event(9_000, Kind.BARRIER, MAIN, counter=12),
-        _event(9_050, Kind.BARRIER, WORKER, cpu=1, counter=51),
-        _event(9_100, Kind.OP_BEGIN, MAIN, arg0=ATTN_NORM, ith=0, aux=2, counter=12),
-        _event(9_150, Kind.OP_BEGIN, WORKER, arg0=ATTN_NORM, ith=1, aux=2, cpu=1, counter=51),
-        _event(9_500, Kind.BARRIER, MAIN, counter=12),
-        _event(9_900, Kind.BARRIER, WORKER, cpu=1, counter=51),
+        event(8_500, Kind.OP_BEGIN, MAIN, arg0=NORM, ith=0, aux=2, counter=12),
+        event(8_600, Kind.OP_BEGIN, WORKER, arg0=NORM, ith=1, aux=2, cpu=1, counter=51),
+        event(9_000, Kind.BARRIER, MAIN, counter=12),
+        event(9_050, Kind.BARRIER, WORKER, cpu=1, counter=51),
+        event(9_100, Kind.OP_BEGIN, MAIN, arg0=ATTN_NORM, ith=0, aux=2, counter=12),
+        event(9_150, Kind.OP_BEGIN, WORKER, arg0=ATTN_NORM, ith=1, aux=2, cpu=1, counter=51),
+        event(9_500, Kind.BARRIER, MAIN, counter=12),
+        event(9_900, Kind.BARRIER, WORKER, cpu=1, counter=51),
     ]
     rec.events = np.array(sorted(kept + split, key=lambda e: (e[4], e[0])), EVENT)
     return rec

@@ -94,7 +94,7 @@ def test_set_rows_is_the_rows_it_writes_not_its_whole_destination() -> None:
 def _blas_split(calls: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """A BLAS graph split (100..1000 ns) of two matmuls, the first of two planes, with the
     cblas_sgemm returns at `calls`; and the two nodes' descriptors."""
-    e = synthetic._event
+    e = synthetic.event
     events = [e(100, Kind.GRAPH_BEGIN, synthetic.MAIN, aux=Backend.BLAS, counter=7),
               e(100, Kind.BLAS_NODE, synthetic.MAIN, arg0=synthetic.UP),
               e(100, Kind.BLAS_NODE, synthetic.MAIN, arg0=synthetic.OUT),

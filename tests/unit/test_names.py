@@ -13,15 +13,13 @@ from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.package import FOLDER
 from tests import synthetic, trace_reader
 from tests.unit.test_query import TRACE
-from tests.unit.test_vulkan_model import _vulkan_step
-from tests.unit.test_vulkan_timestamps import _timed_step
 
 
 def _layouts() -> list[Layout]:
     """The synthetic CPU recording's layout, and those of the synthetic Vulkan splits (host
     calls and copies; device times)."""
-    return [build_layout(build(rec)) for rec in (synthetic.recording(), _vulkan_step(),
-                                                 _timed_step())]
+    return [build_layout(build(rec)) for rec in (synthetic.recording(), synthetic.vulkan_step(),
+                                                 synthetic.timed_step())]
 
 
 def _layout() -> Layout:

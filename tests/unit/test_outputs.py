@@ -14,7 +14,6 @@ from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path, write_trace
 from profinfer_perfetto.errors import ProfinferError
 from tests import synthetic
-from tests.unit.test_stream import _drains
 
 SUDO_USER = 65534
 
@@ -41,7 +40,7 @@ def _private_to(path: Path, owner: int) -> None:
     assert st.st_uid == owner and (st.st_gid == owner or os.geteuid() != 0)
 
 
-def _one_sentence(error: pytest.ExceptionInfo[ProfinferError], path: Path) -> None:
+def one_sentence(error: pytest.ExceptionInfo[ProfinferError], path: Path) -> None:
     assert "\n" not in str(error.value) and str(path) in str(error.value)
 
 
@@ -71,7 +70,7 @@ def test_a_link_planted_at_the_temporary_name_is_not_followed(tmp_path: Path,
     for write in (check_writable, lambda path: atomic_output(path).__enter__()):
         with pytest.raises(ProfinferError) as error:
             write(out)
-        _one_sentence(error, planted)
+        one_sentence(error, planted)
         assert victim.read_bytes() == b"precious" and planted.is_symlink()
     assert not out.exists()
 
@@ -81,7 +80,7 @@ def test_a_link_planted_at_the_part_name_is_not_followed(tmp_path: Path, victim:
     part_path(out).symlink_to(victim)
     with pytest.raises(ProfinferError) as error:
         write_trace(out, [], synthetic.recording())
-    _one_sentence(error, part_path(out))
+    one_sentence(error, part_path(out))
     assert victim.read_bytes() == b"precious" and part_path(out).is_symlink()
     assert not out.exists()
 
@@ -91,7 +90,7 @@ def test_a_second_stream_to_one_output_is_refused_before_it_truncates(tmp_path: 
     first = TraceStream(out)
     with pytest.raises(ProfinferError) as error:
         check_writable(out)
-    _one_sentence(error, part_path(out))
+    one_sentence(error, part_path(out))
     with pytest.raises(ProfinferError):
         TraceStream(out)
     first.finish(synthetic.recording())
@@ -105,10 +104,10 @@ def test_a_link_planted_at_the_next_rotated_part_is_not_followed(tmp_path: Path,
     rotation = Rotation(max_bytes=4096)
     part_path(rotation.path(out, 1)).symlink_to(victim)
     stream = TraceStream(out, rotation)
-    for drained in _drains(rec, 15):
+    for drained in synthetic.drains(rec, 15):
         stream(drained, replace(rec.run, status="running"))
     with pytest.raises(ProfinferError) as error:
         stream.finish(rec)
-    _one_sentence(error, part_path(rotation.path(out, 1)))
+    one_sentence(error, part_path(rotation.path(out, 1)))
     assert victim.read_bytes() == b"precious"
     assert stream.files == [rotation.path(out, 0)] and rotation.path(out, 0).stat().st_size

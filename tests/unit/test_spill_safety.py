@@ -31,7 +31,6 @@ from profinfer_perfetto.commands.recover import RecoverCommand
 from profinfer_perfetto.encode.stream import part_path
 from profinfer_perfetto.errors import ProfinferError
 from tests import synthetic
-from tests.unit.test_stream import _drains
 
 OTHER_UID = 54321
 """A user who is neither root nor the one running the tests."""
@@ -45,7 +44,7 @@ def rec() -> Recording:
 def _left(rec: Recording, output: Path, drains: int = 7) -> Path:
     """The records folder a recorder killed after `drains` drains leaves."""
     spill = Spill(spill_path(output), len(rec.run.counters))
-    for i, drained in enumerate(_drains(rec, 7)[:drains]):
+    for i, drained in enumerate(synthetic.drains(rec, 7)[:drains]):
         assert spill(drained, replace(rec.run, end_ns=rec.run.begin_ns + i)) is None
     assert spill.finish() is None
     spill.close()
@@ -59,7 +58,7 @@ def _fake_record(rec: Recording, fail: BaseException | None = None,
 
     def fake(request: RecordRequest, probe_plan: object, attached: object,
              sink: Callable[[Drained, Run], str | None]) -> Recording:
-        for drained in _drains(rec, 7)[:drains]:
+        for drained in synthetic.drains(rec, 7)[:drains]:
             assert sink(drained, rec.run) is None
         if fail is not None:
             raise fail
@@ -131,7 +130,7 @@ def test_a_failing_writer_ends_the_capture_in_one_sentence(
     spill = Spill(spill_path(tmp_path / "run.pftrace"), len(rec.run.counters))
     answers: list[str | None] = []
     capture = threading.Thread(target=lambda: answers.extend(
-        spill(drained, rec.run) for drained in _drains(rec, 7)), daemon=True)
+        spill(drained, rec.run) for drained in synthetic.drains(rec, 7)), daemon=True)
     capture.start()
     capture.join(60)  # a guard against the hang this test is about, not a timing
     assert not capture.is_alive(), "the drain thread waits for a writer that died"
@@ -159,7 +158,7 @@ def test_the_run_file_is_not_written_through_a_planted_symlink(
     victim.write_text("kept")
     spill = Spill(spill_path(tmp_path / "run.pftrace"), len(rec.run.counters))
     (spill.folder / f".{RUN_FILE}.partial").symlink_to(victim)
-    spill(_drains(rec, 7)[0], rec.run)
+    spill(synthetic.drains(rec, 7)[0], rec.run)
     assert spill.finish() is not None
     spill.close()
     assert victim.read_text() == "kept"
@@ -200,7 +199,7 @@ def test_drains_cut_short_are_left_out_and_counted(
     """A data file shorter than the index says keeps every drain before the cut."""
     output = tmp_path / "run.pftrace"
     folder = _left(rec, output)
-    sent = _drains(rec, 7)
+    sent = synthetic.drains(rec, 7)
     whole = sum(d.events.nbytes for d in sent[:5])
     os.truncate(folder / "events.bin", whole + 10)
     back = read_drains(folder, drained_dtypes(len(rec.run.counters)))
@@ -244,7 +243,7 @@ def test_recover_refuses_the_folder_of_a_recorder_still_running(
         tmp_path: Path, rec: Recording) -> None:
     output = tmp_path / "run.pftrace"
     spill = Spill(spill_path(output), len(rec.run.counters))
-    for drained in _drains(rec, 7)[:3]:
+    for drained in synthetic.drains(rec, 7)[:3]:
         spill(drained, rec.run)
     assert spill.finish() is None
     with pytest.raises(ProfinferError, match="a recorder is still writing"):

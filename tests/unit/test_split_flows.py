@@ -14,7 +14,7 @@ from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import TraceModel, build
 from tests import synthetic
 
-e = synthetic._event
+e = synthetic.event
 M = synthetic.MAIN
 EMBD, SCALE, NORM, NORMED, OUT = (0x10_000 * i for i in range(1, 6))
 """The nodes: EMBD on the CPU; SCALE (reads EMBD's copy), NORM, NORMED (reads a weight of

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.events import SCHED
-from profinfer_perfetto.capture.run import Drained, Recording
+from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.capture.spill import (
     INDEX_FILE,
     RUN_FILE,
@@ -40,22 +39,10 @@ SMALL_TABLE = 40
 """A MAX_TABLE that the synthetic runs pass every few chunks."""
 
 
-def _drains(rec: Recording, count: int) -> list[Drained]:
-    """The recording's records as `count` drains would have brought them, by time."""
-    cuts = np.linspace(int(rec.events["ts"].min()), int(rec.events["ts"].max()) + 1, count + 1)
-
-    def part(records: np.ndarray, i: int) -> np.ndarray:
-        ts = records["ts"].astype(np.float64)
-        picked: np.ndarray = records[(ts >= cuts[i]) & (ts < cuts[i + 1])]
-        return picked
-
-    return [Drained(part(rec.events, i), part(rec.nodes, i), part(rec.routes, i),
-                    part(rec.batches, i), np.empty(0, SCHED)) for i in range(count)]
-
 
 def _streamed(rec: Recording, out: Path, drains: int) -> TraceStream:
     stream = TraceStream(out)
-    for drained in _drains(rec, drains):
+    for drained in synthetic.drains(rec, drains):
         assert stream(drained, replace(rec.run, status="running")) is None
     stream.finish(rec)
     return stream
@@ -100,7 +87,7 @@ def test_a_step_longer_than_a_drain_makes_no_empty_chunk() -> None:
     follow, until a later step begins, make no chunk of nothing."""
     rec = synthetic.decode_run(4, steps=10)
     chunker = Chunker(1)
-    chunks = [c for d in _drains(rec, 200) if (c := chunker.add(d)) is not None]
+    chunks = [c for d in synthetic.drains(rec, 200) if (c := chunker.add(d)) is not None]
     chunks.append(chunker.finish(int(rec.events["ts"].max()) + 1))
     assert all(len(c.events) for c in chunks)
     assert sum(len(c.events) for c in chunks) == len(rec.events)
@@ -134,7 +121,7 @@ def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None
     rec = synthetic.decode_run(6, steps=30)
     out = tmp_path / "run.pftrace"
     stream = TraceStream(out, Rotation(max_bytes=4096))
-    for drained in _drains(rec, 15):
+    for drained in synthetic.drains(rec, 15):
         stream(drained, replace(rec.run, status="running"))
     stream.finish(rec)
     files = sorted(tmp_path.glob("run.*.pftrace"))
@@ -148,7 +135,7 @@ def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None
                           else f"continued in {files[i + 1].name}"), path
     assert steps == list(range(31))
     kept = TraceStream(tmp_path / "kept.pftrace", Rotation(max_bytes=4096, keep=2))
-    for drained in _drains(rec, 15):
+    for drained in synthetic.drains(rec, 15):
         kept(drained, replace(rec.run, status="running"))
     kept.finish(rec)
     assert sorted(tmp_path.glob("kept.*.pftrace")) == kept.files and len(kept.files) == 2
@@ -158,7 +145,7 @@ def test_the_records_kept_on_disk_come_back_drain_by_drain(tmp_path: Path) -> No
     """record's default keeps each drain's records in files (capture/spill.py) and reads them
     back once the run ends: the same drains, record for record, and the folder is gone after."""
     rec = synthetic.decode_run(3, steps=10)
-    drains = _drains(rec, 7)
+    drains = synthetic.drains(rec, 7)
     spill = Spill(spill_path(tmp_path / "run.pftrace"), len(rec.run.counters))
     for drained in drains:
         assert spill(drained, rec.run) is None
@@ -180,7 +167,7 @@ def test_a_killed_recorders_records_are_recovered_up_to_the_last_whole_drain(
     record to that output refuses to remove them."""
     rec = synthetic.decode_run(3, steps=10)
     output = tmp_path / "run.pftrace"
-    drains = _drains(rec, 7)
+    drains = synthetic.drains(rec, 7)
     spill = Spill(spill_path(output), len(rec.run.counters))
     for drained in drains[:5]:
         assert spill(drained, rec.run) is None
@@ -225,7 +212,7 @@ def test_recover_says_what_is_wrong_in_one_sentence(tmp_path: Path) -> None:
     rec = synthetic.decode_run(3, steps=4)
     shutil.rmtree(spill_path(output))
     spill = Spill(spill_path(output), len(rec.run.counters))
-    for drained in _drains(rec, 3):
+    for drained in synthetic.drains(rec, 3):
         spill(drained, rec.run)
     spill.finish()
     spill.close()

@@ -4,54 +4,19 @@ device and copies slices of their own."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import numpy as np
-
-from profinfer_perfetto.capture.events import NODE, Backend, HostCall, Kind
-from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.capture.events import HostCall, Kind
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.names import COPY_ARGS, HOST_CALL_SLICES
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic
 
-e = synthetic._event
+e = synthetic.event
 M = synthetic.MAIN
 
 
-def _vulkan_step() -> Recording:
-    """A decode step (1_000..9_000) whose Vulkan split (2_000..8_000) records node 0 (UP), node
-    1 (NORM, with ATTN_NORM fused into it: node 2, sent by the next recording) and node 3 (OUT,
-    a view: it records nothing), then the host waits for the device; the step's input is
-    copied to the device first, and the recording of node 3 submits."""
-    events = [
-        e(1_000, Kind.TOKEN_BEGIN, M, arg0=1),
-        e(1_100, Kind.HOST_CALL_BEGIN, M, arg0=256, aux=HostCall.TO_DEVICE),
-        e(1_200, Kind.HOST_CALL_BEGIN, M, aux=HostCall.SUBMIT),
-        e(1_300, Kind.HOST_CALL_END, M, aux=HostCall.SUBMIT),
-        e(1_500, Kind.HOST_CALL_END, M, aux=HostCall.TO_DEVICE),
-        e(2_000, Kind.GRAPH_BEGIN, M, arg0=0xABC, arg1=(1 << 32) | 4, aux=Backend.VULKAN),
-        e(2_100, Kind.VK_NODE, M, arg0=synthetic.UP, aux=0),
-        e(2_500, Kind.VK_NODE_END, M, arg0=1),
-        e(2_600, Kind.VK_NODE, M, arg0=synthetic.NORM, aux=1),
-        e(3_000, Kind.VK_NODE_END, M, arg0=1),
-        e(3_100, Kind.VK_NODE, M, arg0=synthetic.OUT, arg1=synthetic.ATTN_NORM, aux=3),
-        e(3_200, Kind.HOST_CALL_BEGIN, M, aux=HostCall.SUBMIT),
-        e(3_300, Kind.HOST_CALL_END, M, aux=HostCall.SUBMIT),
-        e(3_400, Kind.VK_NODE_END, M, arg0=0),
-        e(3_500, Kind.HOST_CALL_BEGIN, M, aux=HostCall.WAIT),
-        e(7_900, Kind.HOST_CALL_END, M, aux=HostCall.WAIT),
-        e(8_000, Kind.GRAPH_END, M, aux=Backend.VULKAN),
-        e(9_000, Kind.TOKEN_END, M),
-    ]
-    rec = synthetic.recording()
-    nodes = rec.nodes.copy()
-    nodes["ts"] = 2_000
-    return replace(rec, events=np.array(events, synthetic.EVENT), nodes=np.array(nodes, NODE))
-
 
 def test_each_recording_is_an_op_without_a_wait_and_fused_nodes_join_it() -> None:
-    model = build(_vulkan_step())
+    model = build(synthetic.vulkan_step())
     ops = model.ops
     assert ops.begin.tolist() == [2_100, 2_600, 3_100]
     # Its work and the op end at the recording's return: the loop after it is no wait.
@@ -63,7 +28,7 @@ def test_each_recording_is_an_op_without_a_wait_and_fused_nodes_join_it() -> Non
 
 
 def test_the_last_recording_takes_the_node_fused_into_it_from_the_split_s_end() -> None:
-    rec = _vulkan_step()
+    rec = synthetic.vulkan_step()
     last_end = rec.events["kind"] == Kind.GRAPH_END
     rec.events["arg1"][last_end] = synthetic.ATTN_NORM
     rec.events["arg1"][rec.events["arg0"] == synthetic.OUT] = 0
@@ -72,7 +37,7 @@ def test_the_last_recording_takes_the_node_fused_into_it_from_the_split_s_end() 
 
 
 def test_host_calls_nest_and_copies_say_their_bytes_and_direction() -> None:
-    model = build(_vulkan_step())
+    model = build(synthetic.vulkan_step())
     calls = model.host_calls
     assert calls is not None
     assert [(HostCall(a), b, e) for a, b, e in zip(

@@ -5,37 +5,16 @@ read them."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import numpy as np
-
-from profinfer_perfetto.capture.events import Kind
-from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model.backends import VULKAN_NAME
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.names import DEVICE_TIME_ARG
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic
-from tests.unit.test_vulkan_model import _vulkan_step
-
-READ_AT = 7_950
-"""When the host read the split's timestamps back: after its wait, before the split's end."""
-VALUES = (100_000, 100_300, 101_000)
-"""The split's timestamps: as it began, after the recording of node 0 (UP), after that of node
-1 (NORM, with ATTN_NORM fused into it); node 3's recording enqueued nothing."""
-
-
-def _timed_step(values: tuple[int, ...] = VALUES) -> Recording:
-    """_vulkan_step with the split's timestamps read back at READ_AT."""
-    rec = _vulkan_step()
-    stamps = [synthetic._event(READ_AT + i, Kind.VK_TIMESTAMP, synthetic.MAIN, arg0=v,
-                               arg1=len(values), aux=i) for i, v in enumerate(values)]
-    events = np.concatenate([rec.events, np.array(stamps, synthetic.EVENT)])
-    return replace(rec, events=events[np.argsort(events["ts"], kind="stable")])
+from tests.synthetic import READ_AT, VALUES, timed_step
 
 
 def test_each_timed_recording_has_its_device_time_back_to_back_up_to_the_read() -> None:
-    model = build(_timed_step())
+    model = build(timed_step())
     device = model.device_ops
     assert device is not None
     assert list(zip(device.begin.tolist(), device.end.tolist(), strict=True)) == [
@@ -49,7 +28,7 @@ def test_each_timed_recording_has_its_device_time_back_to_back_up_to_the_read() 
 
 
 def test_the_device_track_holds_slices_named_and_described_as_the_ops() -> None:
-    layout = build_layout(build(_timed_step()))
+    layout = build_layout(build(timed_step()))
     (track,) = [i for i, t in enumerate(layout.tracks) if t.name == VULKAN_NAME]
     begins = (layout.track == track) & (layout.name >= 0)
     names = [layout.strings[n] for n in layout.name[begins]]
@@ -63,8 +42,8 @@ def test_the_device_track_holds_slices_named_and_described_as_the_ops() -> None:
 
 def test_a_reading_that_does_not_match_the_split_s_recordings_is_left_out() -> None:
     # Three recordings timed where two enqueued work (a recording's events lost): no guess.
-    assert build(_timed_step((*VALUES, 102_000))).device_ops is None
+    assert build(timed_step((*VALUES, 102_000))).device_ops is None
     # Without --gpu-timestamps no values come: no device track.
-    model = build(_vulkan_step())
+    model = build(synthetic.vulkan_step())
     assert model.device_ops is None
     assert VULKAN_NAME not in [t.name for t in build_layout(model).tracks]
