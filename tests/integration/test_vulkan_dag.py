@@ -6,14 +6,13 @@ MUL_MAT), each reading the one before through its copy into its own backend."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
-from tests.conftest import Cli
+from tests.integration.conftest import VulkanRun
 from tests.integration.vulkan_oracle import completion, sched_splits
 
 pytestmark = [
@@ -37,12 +36,9 @@ the graph and op slice it leaves and those it enters."""
 
 
 def test_flows_cross_from_the_cpu_split_to_the_vulkan_split_and_back(
-        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in assets.vulkan_env().items():
-        monkeypatch.setenv(name, value)
-    out = tmp_path / "vulkan.pftrace"
-    result = cli("record", "-o", out, "--", *completion("gemma-3-270m", 99, 3))
-    assert result.returncode == 0, result.stderr
+        gemma_on_vulkan: VulkanRun) -> None:
+    out = gemma_on_vulkan.trace
+    assert gemma_on_vulkan.result.returncode == 0, gemma_on_vulkan.result.stderr
     # The scheduler's own account: a CPU split of the embeddings' GET_ROWS, the Vulkan split
     # reading its result, a CPU split of the output MUL_MAT reading the Vulkan split's last.
     graphs = sched_splits(completion("gemma-3-270m", 99, 2), assets.vulkan_env())[1:]

@@ -1,5 +1,5 @@
 """backend_split across runs on the Vulkan build (setup.sh's build-vulkan), with real probes:
-Gemma-3-270M recorded with --gpu-timestamps at -ngl 0 (the CPU computes every node) and at
+Gemma-3-270M recorded at -ngl 0 (the CPU computes every node) and, with --gpu-timestamps, at
 -ngl 99 (Vulkan0 computes all but the first and last), then `query 'DIR/*.pftrace'` over both:
 the same matmul weights on both backends, the GPU's with its device time, the copies of the
 token steps charged to Vulkan0; both engines answer the same."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from profinfer_perfetto.model.names import COPY_ARGS, PHASES
 from scripts import assets
 from tests import trace_reader
 from tests.conftest import Cli
+from tests.integration.conftest import VulkanRun
 from tests.integration.vulkan_oracle import completion
 
 pytestmark = [
@@ -30,12 +32,6 @@ TP_BIN = os.environ.get("PROFINFER_TP_BIN") or None
 ENGINES = ("builtin", "trace_processor") if TP_BIN else ("builtin",)
 
 
-def _record(cli: Cli, out: Path, layers: int) -> None:
-    """A run with `layers` layers on the device, its ops timed there where it has any (with
-    none, --gpu-timestamps would have nothing to time: exit 2)."""
-    timed = ["--gpu-timestamps"] if layers else []
-    result = cli("record", *timed, "-o", out, "--", *completion("gemma-3-270m", layers, 3))
-    assert result.returncode == 0, result.stderr
 
 
 def _step_copy_bytes(path: Path) -> int:
@@ -47,12 +43,17 @@ def _step_copy_bytes(path: Path) -> int:
 
 
 def test_backend_split_compares_the_cpu_and_the_gpu_across_runs(
-        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        gemma_on_vulkan: VulkanRun) -> None:
     for name, value in assets.vulkan_env().items():
         monkeypatch.setenv(name, value)
     cpu, gpu = tmp_path / "ngl0.pftrace", tmp_path / "ngl99.pftrace"
-    _record(cli, cpu, 0)
-    _record(cli, gpu, 99)
+    # -ngl 0 (the CPU computes every node: no --gpu-timestamps, which would have nothing to
+    # time and exit 2) beside the shared -ngl 99 run, its ops timed on the device.
+    result = cli("record", "-o", cpu, "--", *completion("gemma-3-270m", 0, 3))
+    assert result.returncode == 0, result.stderr
+    assert gemma_on_vulkan.result.returncode == 0, gemma_on_vulkan.result.stderr
+    shutil.copyfile(gemma_on_vulkan.trace, gpu)
     answers = []
     for engine in ENGINES:
         result = cli("query", f"{tmp_path}/*.pftrace", "backend_split", "--format", "csv",
