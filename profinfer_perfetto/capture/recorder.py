@@ -121,7 +121,9 @@ def plan(request: RecordRequest) -> ProbePlan | None:
 
 
 def _timed(request: RecordRequest, probe_plan: ProbePlan) -> ProbePlan:
-    """The plan, checked to read the GPU timestamps that --gpu-timestamps asks for."""
+    """The plan, checked to read the GPU timestamps that --gpu-timestamps asks for, and to
+    have the barrier calls --one-trap probes (before the command is launched)."""
+    _one_trap_possible(request.selection, probe_plan)
     if request.gpu_timestamps and not probe_plan.times_vulkan:
         raise ProfinferError("--gpu-timestamps needs ggml's Vulkan backend and the Vulkan "
                              f"loader's {target.VULKAN_QUERY} in the command's libraries: "
