@@ -55,6 +55,7 @@
 //                    its nodes and sends those whose bytes changed
 //   MAX_GRAPHS       graphs (by node array and size) whose last description the probes
 //                    remember
+//   OP_NONE OP_RESHAPE OP_VIEW OP_PERMUTE OP_TRANSPOSE  the empty ops the graph loop skips
 //   AGGREGATE        1: no op events; each thread's share of a node is summed into `op_stats`
 //                    (count, work, barrier wait, max, log2 histogram of work) keyed by tensor,
 //                    and a node is described once
@@ -576,8 +577,9 @@ int fused_op_begin(struct pt_regs *ctx) {
                     (const void *)PT_REGS_PARM3(ctx));
 }
 
-// A thread reaches a barrier (`kind`): nothing for an op the --ops filter left out.
-static __always_inline int at_barrier(u8 kind) {
+// Whether a thread's barrier is sent: not with --floor, outside the chosen steps, or after an
+// op the --ops filter left out.
+static __always_inline int barrier_sent(void) {
     if (FLOOR || !tracing())
         return 0;
 #if OP_FILTER
@@ -586,6 +588,13 @@ static __always_inline int at_barrier(u8 kind) {
     if (skipped && *skipped)
         return 0;
 #endif
+    return 1;
+}
+
+// A thread reaches a barrier (`kind`).
+static __always_inline int at_barrier(u8 kind) {
+    if (!barrier_sent())
+        return 0;
     struct event *e = begin_event(kind);
     if (e)
         submit(e);
@@ -594,8 +603,9 @@ static __always_inline int at_barrier(u8 kind) {
 
 // A call of ggml_barrier in the graph loop function. Ops inlined there have barriers of their
 // own, so user space takes the last barrier before a thread's next op as the end of its share.
-int barrier_enter(struct pt_regs *ctx) {
 #if AGGREGATE
+// --aggregate: the thread's current share's work ends at a barrier.
+static __always_inline int share_at_barrier(void) {
     if (FLOOR || !tracing())
         return 0;
     u32 me = (u32)bpf_get_current_pid_tgid();
@@ -603,6 +613,12 @@ int barrier_enter(struct pt_regs *ctx) {
     if (cur)
         cur->barrier = bpf_ktime_get_boot_ns();
     return 0;
+}
+#endif
+
+int barrier_enter(struct pt_regs *ctx) {
+#if AGGREGATE
+    return share_at_barrier();
 #endif
     return at_barrier(EV_BARRIER);
 }
@@ -616,6 +632,61 @@ int inner_wait_begin(struct pt_regs *ctx) {
 
 int inner_wait_end(struct pt_regs *ctx) {
     return at_barrier(EV_INNER_WAIT_END);
+}
+
+BPF_HASH(graph_of, u32, u64, MAX_THREADS);  // by process: the graph of its latest graph_begin
+
+// ggml_op_is_empty: the ops the graph loop skips.
+static __always_inline int empty_op(u32 op) {
+    return op == OP_NONE || op == OP_RESHAPE || op == OP_VIEW || op == OP_PERMUTE
+           || op == OP_TRANSPOSE;
+}
+
+// The node a thread has just finished at a barrier of the graph loop: cgraph->nodes[index], or
+// with `last` (the barrier after the loop) the graph's last node unless the loop skips it;
+// 0 where unknown. `cgraph` 0: the graph its process computes (graph_begin's).
+static __always_inline u64 finished_node(const u8 *cgraph, s64 index, u64 last) {
+    if (!cgraph) {
+        u32 tgid = bpf_get_current_pid_tgid() >> 32;
+        u64 *latest = graph_of.lookup(&tgid);
+        cgraph = latest ? (const u8 *)*latest : 0;
+    }
+    if (!cgraph || !CGRAPH_NODES)
+        return 0;
+    if (last) {
+        s32 n_nodes = 0;
+        bpf_probe_read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
+        index = n_nodes - 1;
+    }
+    u64 nodes = 0, node = 0;
+    bpf_probe_read_user(&nodes, 8, cgraph + CGRAPH_NODES);
+    if (index < 0 || !nodes)
+        return 0;
+    bpf_probe_read_user(&node, 8, (const void *)(nodes + (u64)index * 8));
+    u32 op = 0;
+    if (last && node && bpf_probe_read_user(&op, 4, (const u8 *)node + T_OP) == 0
+            && empty_op(op))
+        return 0;
+    return node;
+}
+
+// A call of ggml_barrier in the graph loop whose node is known (analysis/loop.py): called by
+// its own program (capture/program.py writes one per call, with the call's registers), with
+// the loop's index (node just finished: nodes[index]) and the graph (0: the process's latest),
+// or `last` for the barrier after the loop. arg0: the node (0: unknown), arg1: `last`.
+static __always_inline int at_barrier_node(s64 index, const u8 *cgraph, u64 last) {
+#if AGGREGATE
+    return share_at_barrier();
+#endif
+    if (!barrier_sent())
+        return 0;
+    struct event *e = begin_event(EV_BARRIER);
+    if (!e)
+        return 0;
+    e->arg0 = finished_node(cgraph, index, last);
+    e->arg1 = last;
+    submit(e);
+    return 0;
 }
 
 #if !AGGREGATE
@@ -722,10 +793,13 @@ int graph_begin(struct pt_regs *ctx) {
     if (!tracing())
         return 0;
     new_graph();
+    const u8 *cgraph = (const u8 *)PT_REGS_PARM1(ctx);
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 graph = (u64)cgraph;
+    graph_of.update(&tgid, &graph);
     struct event *e = begin_event(EV_GRAPH_BEGIN);
     if (!e)
         return 0;
-    const u8 *cgraph = (const u8 *)PT_REGS_PARM1(ctx);
     const u8 *cplan = (const u8 *)PT_REGS_PARM2(ctx);
     int n_nodes = 0, n_threads = 0;
     bpf_probe_read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);

@@ -25,6 +25,7 @@ from profinfer_perfetto.analysis.code import arch_of, call_sites, inner_calls
 from profinfer_perfetto.analysis.elf import ElfFile
 from profinfer_perfetto.analysis.ggml import GgmlInfo, read_ggml_info
 from profinfer_perfetto.analysis.isa import Flow
+from profinfer_perfetto.analysis.loop import LoopBarrier, loop_barriers
 from profinfer_perfetto.errors import ProfinferError
 
 OP_SYMBOL = "ggml_cpu_extra_compute_forward"
@@ -91,6 +92,9 @@ class ProbePlan:
     """What the plan could not do on this build, in a sentence each (shown in the summary)."""
     arch: str = ""
     """The architecture of the runtime's code (Arch.name)."""
+    loop_barriers: tuple[LoopBarrier, ...] = ()
+    """The barrier calls of the graph loop whose node is known (analysis/loop.py): each probed
+    by a program of its own, LoopBarrier.fn."""
 
     @property
     def traces_blas(self) -> bool:
@@ -363,9 +367,11 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
     if alloc_file is not None:
         probes.append(_entry(alloc_file, ALLOC_SYMBOL, "graph_alloc"))
 
+    loop = _loop_barriers(op_file, ggml, [a for b in BARRIER_SYMBOLS for a in sites[b]])
     for callee, addrs in sites.items():
         fn = "fused_op_begin" if callee == FUSED_SYMBOL else "barrier_enter"
-        probes += [_site(op_file, fn, a, f"call {callee} at {a:#x}") for a in addrs]
+        probes += [_site(op_file, loop[a].fn if a in loop else fn, a, f"call {callee} at {a:#x}")
+                   for a in addrs]
     if not any(sites[b] for b in BARRIER_SYMBOLS):
         notes.append(
             f"no call of ggml_barrier found in {op_file.path.name}'s graph loop: "
@@ -381,4 +387,13 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
     probes += _vulkan_probes(files, ggml, notes)
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
         notes.append("no llama_decode in the target: no token steps, graphs only")
-    return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name)
+    return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name,
+                     tuple(loop.values()))
+
+
+def _loop_barriers(f: ElfFile, ggml: GgmlInfo, calls: list[int]) -> dict[int, LoopBarrier]:
+    """The barrier calls of the graph loop whose node is known, where the build says where a
+    graph keeps its nodes."""
+    if not ggml.runtime.cgraph_nodes:
+        return {}
+    return loop_barriers(f, arch_of(f), calls, ggml.runtime.cgraph_n_nodes)

@@ -29,6 +29,10 @@ class Kind(IntEnum):
     GRAPH_END = 4
     OP_BEGIN = 5
     BARRIER = 6
+    """A thread calls ggml_barrier in the graph loop: `arg0` the node it has just finished
+    (0: unknown, a call whose node the loop's registers do not say), `arg1` 1 at the barrier
+    after the loop (the thread has finished the graph; `arg0` then the graph's last node, 0
+    where the loop skips it), else 0."""
     OP_SKIP = 7
     """An op the --ops filter left out: it only ends the previous op's barrier wait."""
     BLAS_NODE = 8

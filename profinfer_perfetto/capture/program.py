@@ -9,6 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from profinfer_perfetto.analysis.ggml import GgmlInfo
+from profinfer_perfetto.analysis.loop import LoopBarrier
 from profinfer_perfetto.capture import abi
 from profinfer_perfetto.capture.events import HostCall
 from profinfer_perfetto.capture.selection import Selection
@@ -32,6 +33,13 @@ MAX_BLAS_NODES = 64
 """Nodes of one BLAS graph split the probe looks at (llama.cpp's splits have a few)."""
 MAX_BLAS_OPS = 4
 """Of those, the MUL_MAT and OUT_PROD nodes it describes (a power of two)."""
+
+
+EMPTY_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
+"""ggml_op_is_empty's ops: the graph loop skips their nodes (no barrier after them)."""
+X86_PT_REGS = {"rax": "ax", "rbx": "bx", "rcx": "cx", "rdx": "dx", "rsi": "si", "rdi": "di",
+               "rbp": "bp", "rsp": "sp"}
+"""x86-64's registers as struct pt_regs names them (r8-r15 keep their names)."""
 
 
 @dataclass(frozen=True)
@@ -106,15 +114,36 @@ def _build_defines(ggml: GgmlInfo, counters: list[str], rings: RingSizes, select
         "OP_FILTER": int(selection.filtered),
         "NAME_PREFIX": '"' + selection.name_prefix.replace('"', "") + '"',
         "NAME_PREFIX_LEN": len(selection.name_prefix.encode()),
+        **{f"OP_{op}": ggml.op_id(op) for op in EMPTY_OPS},
         "AGGREGATE": int(selection.aggregate),
         "FLOOR": int(selection.floor),
     }
 
 
+def _register(name: str) -> str:
+    """A register of the probed code as the program reads it from its struct pt_regs (arm64's
+    x0-x30 are regs[0-30])."""
+    if name.startswith("x") and name[1:].isdigit():
+        return f"ctx->regs[{int(name[1:])}]"
+    return f"ctx->{X86_PT_REGS.get(name, name)}"
+
+
+def barrier_programs(barriers: tuple[LoopBarrier, ...]) -> str:
+    """One program per barrier call of the graph loop whose node is known (at_barrier_node),
+    with that call's registers."""
+    out = ["// The graph loop's barrier calls whose node is known (analysis/loop.py)\n"]
+    for b in barriers:
+        index = f"(s64)(s32){_register(b.index)} + {b.offset}" if b.index else "0"
+        cgraph = f"(const u8 *){_register(b.cgraph)}" if b.cgraph else "0"
+        out.append(f"int {b.fn}(struct pt_regs *ctx) {{\n"
+                   f"    return at_barrier_node({index}, {cgraph}, {int(b.last)});\n}}\n")
+    return "".join(out)
+
+
 def program_text(ggml: GgmlInfo, counters: list[str], rings: RingSizes,
                  selection: Selection, graph_builds: bool, blas: bool = False,
-                 vulkan: bool = False) -> str:
+                 vulkan: bool = False, barriers: tuple[LoopBarrier, ...] = ()) -> str:
     """The exact program BCC compiles (and `record --ebpf` prints)."""
     build = _build_defines(ggml, counters, rings, selection, graph_builds, blas, vulkan)
-    return (abi.c_defines(build) + abi.header() + probe_source()
+    return (abi.c_defines(build) + abi.header() + probe_source() + barrier_programs(barriers)
             + abi.layout_checks(abi.structs(len(counters))))

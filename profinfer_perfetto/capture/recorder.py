@@ -24,6 +24,7 @@ from profinfer_perfetto import signals
 from profinfer_perfetto.analysis import target
 from profinfer_perfetto.analysis.code import require_host
 from profinfer_perfetto.analysis.ggml import GgmlInfo
+from profinfer_perfetto.analysis.loop import BARRIER_NODE_PREFIX
 from profinfer_perfetto.analysis.target import Probe, ProbePlan
 from profinfer_perfetto.capture import process
 from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
@@ -120,7 +121,9 @@ def plan(request: RecordRequest) -> ProbePlan | None:
 
 
 def _timed(request: RecordRequest, probe_plan: ProbePlan) -> ProbePlan:
-    """The plan, checked to read the GPU timestamps that --gpu-timestamps asks for."""
+    """The plan, checked to read the GPU timestamps that --gpu-timestamps asks for, and to
+    have the barrier calls --one-trap probes (before the command is launched)."""
+    _one_trap_possible(request.selection, probe_plan)
     if request.gpu_timestamps and not probe_plan.times_vulkan:
         raise ProfinferError("--gpu-timestamps needs ggml's Vulkan backend and the Vulkan "
                              f"loader's {target.VULKAN_QUERY} in the command's libraries: "
@@ -397,12 +400,21 @@ def program_of(request: RecordRequest, probe_plan: ProbePlan) -> str:
     """The BPF program a recording compiles (and `record --ebpf` prints)."""
     return program_text(probe_plan.ggml, list(request.counters), request.rings,
                         request.selection, probe_plan.sees_graph_builds, probe_plan.traces_blas,
-                        probe_plan.traces_vulkan)
+                        probe_plan.traces_vulkan, probe_plan.loop_barriers)
+
+
+def _one_trap_possible(selection: Selection, probe_plan: ProbePlan) -> None:
+    """Refuse --one-trap where no barrier call of the graph loop says its node."""
+    if selection.one_trap and not any(b.index for b in probe_plan.loop_barriers):
+        raise ProfinferError("--one-trap needs a call of ggml_barrier in the graph loop whose "
+                             "node the loop's registers say, and this build has none: record "
+                             "without --one-trap")
 
 
 def _session(request: RecordRequest, probe_plan: ProbePlan) -> ProbeSession:
     require_host(probe_plan.arch)
     selection = request.selection
+    _one_trap_possible(selection, probe_plan)
     traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
     return ProbeSession(program_of(request, probe_plan), list(request.counters), request.rings,
                         traced_ops, steered=selection.detach)
@@ -414,17 +426,44 @@ def _attach(session: ProbeSession, selection: Selection, probe_plan: ProbePlan,
     later)."""
     probes = _probes(selection, probe_plan)
     session.attach(tuple(p for p in probes
-                         if not (selection.detach and p.fn in OP_PROBES)), pid)
+                         if not (selection.detach and _op_probe(p.fn))), pid)
     if selection.gated and not selection.detach:
         session.arm(True)
 
 
+def _op_probe(fn: str) -> bool:
+    return fn in OP_PROBES or fn.startswith(BARRIER_NODE_PREFIX)
+
+
 def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
     """The plan's probes that the selection keeps: no barriers with --no-barriers, the waits
-    inside ops only with --inner-waits."""
+    inside ops only with --inner-waits; with --one-trap, of the op probes only the barrier
+    calls whose node is known."""
     return tuple(p for p in probe_plan.probes
-                 if (selection.barriers or p.fn not in BARRIER_PROBES)
-                 and (selection.inner_waits or p.fn not in INNER_WAIT_PROBES))
+                 if (selection.barriers or not (p.fn in BARRIER_PROBES
+                                                or p.fn.startswith(BARRIER_NODE_PREFIX)))
+                 and (selection.inner_waits or p.fn not in INNER_WAIT_PROBES)
+                 and not (selection.one_trap and p.fn in OP_PROBES))
+
+
+def _traps_per_op(selection: Selection) -> str:
+    """The run's note on the traps each op costs each thread (besides inner waits)."""
+    if selection.one_trap:
+        return "traps per op and thread: 1 (barrier sites only)"
+    if selection.barriers:
+        return "traps per op and thread: 2 (op begin and barrier)"
+    return "traps per op and thread: 1 (op begin only)"
+
+
+def _folded(costs: dict[str, ProbeCost]) -> dict[str, ProbeCost]:
+    """The costs with the programs of the barrier calls whose node is known (one per call)
+    counted as one with the other barrier calls', barrier_enter."""
+    out = {fn: c for fn, c in costs.items() if not fn.startswith(BARRIER_NODE_PREFIX)}
+    for fn, c in costs.items():
+        if fn.startswith(BARRIER_NODE_PREFIX):
+            had = out.get("barrier_enter", ProbeCost(0, 0))
+            out["barrier_enter"] = ProbeCost(had.runs + c.runs, had.ns + c.ns)
+    return out
 
 
 class Sink(Protocol):
@@ -540,7 +579,7 @@ class _Capture:
         so chosen steps closer than that can be missed.
         """
         selection, session = self.request.selection, self.session
-        op_probes = tuple(p for p in _probes(selection, self.probe_plan) if p.fn in OP_PROBES)
+        op_probes = tuple(p for p in _probes(selection, self.probe_plan) if _op_probe(p.fn))
         while not done.is_set():
             session.wait_for_steer(STEER_WAIT_S)
             step, armed = session.gate()
@@ -567,6 +606,7 @@ class _Capture:
 
     def notes(self, lost: dict[Ring, int], sched_lost: int) -> list[str]:
         notes = list(self.probe_plan.notes) + self.extra_notes
+        notes.append(_traps_per_op(self.request.selection))
         if self.request.peaks_note is not None:
             notes.append(self.request.peaks_note)
         if self.request.gpu_timestamps:
@@ -595,7 +635,7 @@ class _Capture:
 
     def costs(self) -> dict[str, ProbeCost]:
         """What each BPF program cost (read from the kernel: once, at the end)."""
-        return {**self.session.costs(), **(self.sched.costs() if self.sched else {})}
+        return {**_folded(self.session.costs()), **(self.sched.costs() if self.sched else {})}
 
     def run_so_far(self, status: str, final: bool = False) -> Run:
         """The run as known now (with its losses, notes and costs when `final`)."""

@@ -97,6 +97,12 @@ FloorOption = Annotated[
                  "(no op events): the traps alone, to measure the floor of tracing ops "
                  "with uprobes on this machine."),
 ]
+OneTrapOption = Annotated[
+    bool,
+    typer.Option("--one-trap", help="Probe only the graph loop's barrier calls, which say the "
+                 "node each thread has finished: one trap per op and thread (ops derived from "
+                 "the barriers); not with --aggregate, --ops, --counter or --inner-waits."),
+]
 DetachOption = Annotated[
     bool,
     typer.Option("--detach", help="With --tokens/--sample: remove the op probes between "
@@ -162,9 +168,13 @@ class RecordCommand:
             detach: DetachOption = False, max_size: MaxSizeOption = None,
             rotate: RotateOption = 0, stream: StreamOption = None, sched: SchedOption = False,
             peaks_file: PeaksOption = None,
-            gpu_timestamps: GpuTimestampsOption = False) -> int:
+            gpu_timestamps: GpuTimestampsOption = False,
+            one_trap: OneTrapOption = False) -> int:
         """The options, checked: the command to run."""
         counters = _counters(counter)
+        if one_trap and counter is not None and counters:
+            raise ProfinferError("--one-trap has no op-begin probe to read --counter at: "
+                                 "record without one of them")
         rotation = _rotation(max_size, rotate, json)
         _check_modes(rotation, stream, json, sched, command, pid, ring_pages)
         if gpu_timestamps and pid is not None:
@@ -179,7 +189,7 @@ class RecordCommand:
             libs=tuple(lib or ()),
             rings=RingSizes(ring_pages, ring_pages),
             selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor,
-                                      inner_waits),
+                                      inner_waits, one_trap),
             sched=sched,
             peaks=roofs,
             peaks_note=roofs_note,

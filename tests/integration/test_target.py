@@ -74,7 +74,8 @@ def test_static_build_names_equal_the_shared_library_s(llama: Callable[..., Path
     assert replace(from_static, build_id="") == replace(from_shared, build_id="")
     plan = plan_probes([static.path])
     fns = _fns(plan)
-    assert fns["op_begin"] == 1 and fns["barrier_enter"] >= 2 and fns["process_begin"] == 1
+    assert fns["op_begin"] == 1 and fns["process_begin"] == 1
+    assert fns["barrier_enter"] + len(plan.loop_barriers) >= 2
     # Built with -fcf-protection (setup.sh): the op probe goes on the push after endbr64.
     op = static.symbols["ggml_cpu_extra_compute_forward"].vaddr
     assert static.read(op, 4) == x86.ENDBR64

@@ -1,0 +1,80 @@
+"""Each barrier of the graph loop names the node its thread has just finished (analysis/loop.py),
+and record --one-trap sees every op through those barriers alone.
+
+The oracle is the op-begin probe, which reads the node from the op function's argument (another
+path): in today's mode, each op begin's node (the last of a fused pair) is named by exactly one
+barrier of its thread before the thread's next op begins, and no barrier names another.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profinfer_perfetto.capture.events import Kind
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.capture.selection import Selection
+from tests.integration.test_record import completion
+
+pytestmark = pytest.mark.root
+
+
+def _by_time(rec: Recording) -> list[tuple[int, int, int, int, int]]:
+    """(ts, tid, kind, arg0, arg1) of every event, in time order."""
+    e = rec.events[np.argsort(rec.events["ts"], kind="stable")]
+    return list(zip(e["ts"].tolist(), e["tid"].tolist(), e["kind"].tolist(),
+                    e["arg0"].tolist(), e["arg1"].tolist(), strict=True))
+
+
+@pytest.mark.parametrize(("name", "threads"), [("tiny-llama", 2), ("gemma-3-270m", 1)])
+def test_a_loop_barrier_names_the_node_of_its_thread_s_latest_op(
+        llama: Callable[..., Path], model: Callable[[str], Path], name: str,
+        threads: int) -> None:
+    request = RecordRequest(command=completion(llama, model(name), threads, n=8))
+    rec = record(request, plan(request))
+    unnamed: dict[int, int] = {}
+    after = 0
+    for _, tid, kind, arg0, arg1 in _by_time(rec):
+        if kind == Kind.OP_BEGIN:
+            assert tid not in unnamed  # the thread's previous op was named
+            unnamed[tid] = arg1 or arg0  # a fused pair: the loop's index is past its last node
+        elif kind == Kind.BARRIER and arg0:
+            assert unnamed.pop(tid, None) == arg0, (tid, arg0, arg1)
+            after += arg1
+    assert not unnamed and after
+    assert np.count_nonzero(rec.events["kind"] == Kind.OP_BEGIN)
+
+
+def _named_ops(rec: Recording) -> Counter[int]:
+    """The op ids of the nodes the loop's barriers name (a node by its latest descriptor)."""
+    described = sorted(zip(rec.nodes["ts"].tolist(), rec.nodes["ptr"].tolist(),
+                           rec.nodes["op"].tolist(), strict=True))
+    op_of: dict[int, int] = {}
+    out: Counter[int] = Counter()
+    k = 0
+    for ts, _, kind, arg0, _ in _by_time(rec):
+        while k < len(described) and described[k][0] <= ts:
+            op_of[described[k][1]] = described[k][2]
+            k += 1
+        if kind == Kind.BARRIER and arg0:
+            out[op_of[arg0]] += 1
+    return out
+
+
+def test_one_trap_sees_through_the_barriers_the_ops_of_the_exact_mode(
+        llama: Callable[..., Path], model: Callable[[str], Path]) -> None:
+    """The same seeded generation: --one-trap has no op begin, and its barriers name as many
+    nodes of each op type as the exact mode's barriers do."""
+    cmd = completion(llama, model("tiny-llama"), 2, n=8)
+    exact = record(RecordRequest(command=cmd), plan(RecordRequest(command=cmd)))
+    request = RecordRequest(command=cmd, selection=Selection(one_trap=True))
+    one = record(request, plan(request))
+    assert not np.count_nonzero(one.events["kind"] == Kind.OP_BEGIN)
+    assert "traps per op and thread: 1 (barrier sites only)" in one.run.notes
+    assert "traps per op and thread: 2 (op begin and barrier)" in exact.run.notes
+    assert _named_ops(one) == _named_ops(exact) != Counter()
