@@ -1,0 +1,94 @@
+"""Ops derived from one trap per op (model/one_trap.py): the synthetic run's barriers alone give
+the ops its arrival times make, and an exact recording turns into what one trap would record."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import Kind
+from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.model.agreement import agreement
+from profinfer_perfetto.model.one_trap import as_one_trap, is_one_trap
+from profinfer_perfetto.model.trace_model import build
+from tests import synthetic
+from tests.synthetic import ATTN_NORM, MAIN, OUT, UP, WORKER
+
+GRAPH_BEGIN, GRAPH_END = 2_000, 13_000
+NAMED = [UP, UP, ATTN_NORM, ATTN_NORM, OUT, OUT, OUT]
+"""The node each of the synthetic run's barriers follows, in time order (worker 5000, main 8000,
+main 9500, worker 9900, main 10500 inside its op, worker 11000, main 12000)."""
+AFTER_LOOP = [0, 0, 0, 0, 0, 1, 1]
+"""Each thread's last barrier of the graph is the one after the loop."""
+
+
+def _described_at_graph_begin(rec: Recording) -> Recording:
+    """The synthetic run with its nodes described at its graph's begin, as the probes do."""
+    nodes = rec.nodes.copy()
+    nodes["ts"] = GRAPH_BEGIN
+    return replace(rec, nodes=nodes)
+
+
+def one_trap_recording() -> Recording:
+    rec = _described_at_graph_begin(synthetic.recording())
+    events = rec.events[rec.events["kind"] != Kind.OP_BEGIN].copy()
+    barriers = events["kind"] == Kind.BARRIER
+    events["arg0"][barriers] = NAMED
+    events["arg1"][barriers] = AFTER_LOOP
+    return replace(rec, events=events)
+
+
+def test_ops_are_derived_from_the_barrier_arrivals() -> None:
+    model = build(one_trap_recording())
+    ops = model.ops
+    assert model.nodes.names == ["ffn_up-0", "norm-0", "attn_norm-0", "l_out-0"]
+    assert model.dropped_ops == 0
+    rows = list(zip(ops.tid.tolist(), ops.node.tolist(), ops.fused.tolist(), ops.ith.tolist(),
+                    ops.begin.tolist(), ops.work_end.tolist(), ops.end.tolist(), strict=True))
+    # A node's ops begin at the release before (the last arrival there; the graph's begin for
+    # the first), end of work at the thread's last barrier naming it, end at its release (the
+    # graph's end for the last node).
+    assert rows == [
+        (MAIN, 0, -1, 0, GRAPH_BEGIN, 8_000, 8_000),
+        (MAIN, 1, 2, 0, 8_000, 9_500, 9_900),
+        (MAIN, 3, -1, 0, 9_900, 12_000, GRAPH_END),
+        (WORKER, 0, -1, 1, GRAPH_BEGIN, 5_000, 8_000),
+        (WORKER, 1, 2, 1, 8_000, 9_900, 9_900),
+        (WORKER, 3, -1, 1, 9_900, 11_000, GRAPH_END),
+    ]
+    assert (ops.counter_delta == -1).all()
+    assert ops.cpu.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_an_exact_recording_becomes_its_barriers_named() -> None:
+    rec = synthetic.recording()
+    assert not is_one_trap(rec.events)
+    one = as_one_trap(rec)
+    assert is_one_trap(one.events)
+    assert not np.any(one.events["kind"] == Kind.OP_BEGIN)
+    barriers = one.events[one.events["kind"] == Kind.BARRIER]
+    in_time = barriers[np.argsort(barriers["ts"], kind="stable")]
+    assert in_time["arg0"].tolist() == NAMED
+    assert in_time["arg1"].tolist() == AFTER_LOOP
+    assert len(one.events) == len(rec.events) - np.count_nonzero(rec.events["kind"]
+                                                                 == Kind.OP_BEGIN)
+
+
+def test_derived_and_exact_ops_are_of_the_same_threads_and_nodes() -> None:
+    rec = _described_at_graph_begin(synthetic.recording())
+    exact, derived = build(rec), build(as_one_trap(rec))
+    same = agreement(exact, derived)
+    assert same["same_ops"] and same["keys"] == same["keys_derived"] == 3
+    assert np.array_equal(exact.ops.work_end, derived.ops.work_end)
+    # Each thread's op begins where the barrier before released it: before its recorded begin.
+    assert (derived.ops.begin <= exact.ops.begin).all()
+    itself = agreement(exact, exact)
+    assert itself["total_error"] == 0 and itself["op_begin_us"] == {"median": 0, "worst": 0}
+
+
+def test_barriers_that_name_no_node_are_no_one_trap_recording() -> None:
+    rec = synthetic.recording()
+    events = rec.events[rec.events["kind"] != Kind.OP_BEGIN]
+    assert not is_one_trap(events)
+    assert len(build(replace(rec, events=events)).ops) == 0
