@@ -89,12 +89,19 @@ def _windows_md(results: Any) -> list[str]:
 
 
 def _one_trap_md(results: Any) -> list[str]:
-    return _table(["one trap per op: node time without the barrier probes vs with",
-                   "per node (median, p90)", "decode total", "decode ops (mean us: error)"],
-                  [[name, f"{r['node_error_median']:+.1%}, {r['node_error_p90']:+.1%}",
-                    f"{r['decode_total_error']:+.1%}",
-                    "; ".join(f"{k} {v['mean_us']}: {v['error']:+.1%}"
-                              for k, v in r["decode_ops"].items())]
+    def spread(r: dict[str, float], unit: str = "%") -> str:
+        if unit == "%":
+            return f"{r['median']:+.1%}, {r['worst']:+.1%}"
+        return f"{r['median']:+.2f}, {r['worst']:+.2f}{unit}"
+
+    return _table(["one trap per op: derived from the barriers vs exact, same run",
+                   "per op key: mean, median node time, work (median, worst key)",
+                   "wait share, imbalance (median, worst diff)", "op begin shift (median, worst)",
+                   "total"],
+                  [[name, f"{spread(r['mean_error'])}; {spread(r['p50_error'])}; "
+                    f"{spread(r['work_error'])}",
+                    f"{spread(r['wait_share_diff'], '')}; {spread(r['imbalance_diff'], '')}",
+                    spread(r["op_begin_us"], " us"), f"{r['total_error']:+.1%}"]
                    for name, r in results.items()])
 
 

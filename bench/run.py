@@ -15,8 +15,10 @@ windows the recorder attached to one long generation for whole windows (`record 
         bpftrace: each traced window's median step against the plain windows beside it, for
         `--floor` (the same probe sites, programs that return at once), `--no-barriers` and
         full tracing.
-one-trap  whether one trap per op would answer as two do: full traces of Gemma-3-270M at 1 and
-        2 threads, each node's time as measured and as it would be without the barrier probes.
+one-trap  whether one trap per op would answer as two do: Gemma-3-270M at 1 and 2 threads and
+        tiny- and medium-llama at 2, each recorded with both traps and modelled as recorded and
+        from its barriers alone: per op key (phase, op, role) the mean and median node time,
+        work, barrier wait share and thread imbalance, and each node's begin and end shift.
 steps   the same cost measured inside one run, where this VM's run-to-run noise cancels: with
         `--sample 64 --detach` each traced decode step against the untraced steps just
         before it, and the kernel-timed BPF cost per probe run.
@@ -57,8 +59,10 @@ from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import TraceStream
 from profinfer_perfetto.machine.peaks import Peak, PeakKind, compute_peaks, memory_peak
+from profinfer_perfetto.model.agreement import agreement
 from profinfer_perfetto.model.layout import Layout, build_layout
 from profinfer_perfetto.model.names import PROBE_ARG_PREFIX
+from profinfer_perfetto.model.one_trap import as_one_trap
 from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.engines import EngineChoice, find_trace_processor
 from profinfer_perfetto.query.session import TraceQuery
@@ -421,52 +425,24 @@ def bench_windows(setups: tuple[tuple[str, int, str], ...] = WINDOW_SETUPS,
     return results
 
 
-ONE_TRAP_SQL = """
-select g.phase, a.op, a.role, max(o.ts + o.dur) - min(o.ts) as measured,
-       max(o.ts + o.dur + o.wait) - min(o.ts) as derived
-from profinfer_op_times o join profinfer_node_times n using (graph, node)
-join profinfer_slice_args a on a.arg_set_id = n.node_args
-join profinfer_graph g using (graph)
-group by o.graph, o.node
-"""
-"""Each node's time as measured (first start to the last thread's barrier entry) and as one
-trap per op would give it (to the last thread's next op: its barrier wait included)."""
+ONE_TRAP_SETUPS = (("gemma-3-270m", 1), ("gemma-3-270m", 2), ("tiny-llama", 2),
+                   ("medium-llama", 2))
+"""(model, threads) of the one-trap comparison."""
 
 
 def bench_one_trap(tokens: int = 128) -> dict[str, Any]:
-    """Whether one trap per op (no barrier probes) would answer as two do: from full traces of
-    Gemma-3-270M at 1 and 2 threads, each node's time as measured and as derived without the
-    barrier entries, per phase and for the ten decode ops with the most time."""
-    import sys
-
+    """Whether ops derived from one trap per op (model/one_trap.py: the barriers alone) agree
+    with the exact ones: each setup recorded once with both probes, its model built as recorded
+    and without its op begins (model/agreement.py). The derived op begins are the barrier
+    releases, earlier than the recorded ones by the wake-up, the loop's steps and the op begin
+    trap's entry (`op_begin_us`), which a run with one trap per op does not have."""
     results: dict[str, Any] = {}
-    for threads in (1, 2):
-        out = CACHE / "one-trap.pftrace"
-        subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o", str(out),
-                        "--", *completion("gemma-3-270m", tokens, threads)],
-                       check=True, capture_output=True)
-        with TraceQuery(out, EngineChoice("builtin")) as q:
-            rows = q.sql(ONE_TRAP_SQL).rows
-        measured = np.array([r[3] for r in rows], float)
-        derived = np.array([r[4] for r in rows], float)
-        error = derived / measured - 1
-        decode = np.array([r[0] == "decode" for r in rows])
-        groups: dict[str, list[float]] = {}
-        for (phase, op, role, *_), m, d in zip(rows, measured, derived, strict=True):
-            if phase == "decode":
-                g = groups.setdefault(f"{op} {role}", [0.0, 0.0, 0])
-                g[0], g[1], g[2] = g[0] + m, g[1] + d, g[2] + 1
-        top = sorted(groups.items(), key=lambda kv: -kv[1][0])[:10]
-        results[f"gemma-3-270m t{threads}"] = {
-            "node_error_median": round(float(np.median(error)), 4),
-            "node_error_p90": round(float(np.percentile(error, 90)), 4),
-            "decode_total_error": round(float(derived[decode].sum() / measured[decode].sum() - 1),
-                                        4),
-            "decode_ops": {k: {"mean_us": round(float(m / n / 1e3), 1),
-                               "error": round(float(d / m - 1), 4)}
-                           for k, (m, d, n) in top},
-        }
-        print(threads, results[f"gemma-3-270m t{threads}"], flush=True)
+    for name, threads in ONE_TRAP_SETUPS:
+        request = RecordRequest(command=completion(name, tokens, threads))
+        rec = record(request, plan(request))
+        results[f"{name} t{threads}"] = agreement(build(rec), build(as_one_trap(rec)))
+        print(name, threads, {k: v for k, v in results[f"{name} t{threads}"].items()
+                              if k != "by_key"}, flush=True)
     return results
 
 

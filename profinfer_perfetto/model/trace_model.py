@@ -9,7 +9,8 @@ is decided here:
 - a graph is one ggml_graph_compute call; every thread that ran its ops shows it;
 - an op is one thread's share of one computed node (or fused node pair): from its start to
   the last barrier the thread entered before its next op (`work_end`), then the barrier wait
-  until the thread's next op or the graph's end (`end`);
+  until the thread's next op or the graph's end (`end`); a recording with one trap per op (no
+  op begins) has its op begins derived from its barriers (model/one_trap.py);
 - a DAG edge links the node that last wrote a tensor's storage to a node reading it, in its
   graph or, where a GPU backend's scheduler cut a token step into splits, in an earlier split
   of the step (through the scheduler's copy of it into the reader's backend, _copy_edges).
@@ -38,6 +39,7 @@ from profinfer_perfetto.capture.run import Recording, Run, Scheduling
 from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vulkan_ops
 from profinfer_perfetto.model.lookup import last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
+from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, with_op_begins
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
@@ -429,6 +431,10 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     events, uncut = blas_ops(vulkan_ops(events[order]), recording.nodes, run.ggml)
     tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, run.end_ns)
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, run.end_ns)
+    if is_one_trap(recording.events):
+        fused = (run.ggml.op_id(FUSED_OPS[0]), run.ggml.op_id(FUSED_OPS[1]))
+        events = with_op_begins(events, graphs.containing(events["ts"]), graphs.begin,
+                                graphs.tid, recording.nodes, fused)
     nodes, auto = _nodes(events, recording.nodes, graphs)
     ops, dropped = _ops(events, graphs, nodes, len(run.counters))
     copies = set(cont.split_copies if cont else ())

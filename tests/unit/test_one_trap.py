@@ -1,42 +1,94 @@
-"""record --one-trap: which probes it attaches, and the options it refuses in one sentence."""
+"""Ops derived from one trap per op (model/one_trap.py): the synthetic run's barriers alone give
+the ops its arrival times make, and an exact recording turns into what one trap would record."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import replace
 
-import pytest
+import numpy as np
 
-from profinfer_perfetto.analysis.loop import LoopBarrier
-from profinfer_perfetto.analysis.target import Probe, ProbePlan
-from profinfer_perfetto.capture.recorder import _one_trap_possible, _probes
-from profinfer_perfetto.capture.selection import Selection
-from profinfer_perfetto.errors import ProfinferError
-from tests.synthetic import GGML
+from profinfer_perfetto.capture.events import Kind
+from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.model.agreement import agreement
+from profinfer_perfetto.model.one_trap import as_one_trap, is_one_trap
+from profinfer_perfetto.model.trace_model import build
+from tests import synthetic
+from tests.synthetic import ATTN_NORM, MAIN, OUT, UP, WORKER
 
-INSIDE = LoopBarrier(0x20, "r12", -1, "rax", False)
-AFTER = LoopBarrier(0x10, None, 0, None, True)
-FNS = ("op_begin", "fused_op_begin", "barrier_enter", AFTER.fn, INSIDE.fn, "graph_begin",
-       "graph_end", "decode_begin")
-PLAN = ProbePlan(tuple(Probe(fn, Path("/lib/libggml-cpu.so"), i, fn) for i, fn in enumerate(FNS)),
-                 GGML, (), "x86-64", (AFTER, INSIDE))
-
-
-def test_one_trap_attaches_the_loop_s_barriers_and_no_op_begin() -> None:
-    kept = {p.fn for p in _probes(Selection.parse(None, 1, None, one_trap=True), PLAN)}
-    assert kept == {AFTER.fn, INSIDE.fn, "graph_begin", "graph_end", "decode_begin"}
-    assert {p.fn for p in _probes(Selection(), PLAN)} == set(FNS)
+GRAPH_BEGIN, GRAPH_END = 2_000, 13_000
+NAMED = [UP, UP, ATTN_NORM, ATTN_NORM, OUT, OUT, OUT]
+"""The node each of the synthetic run's barriers follows, in time order (worker 5000, main 8000,
+main 9500, worker 9900, main 10500 inside its op, worker 11000, main 12000)."""
+AFTER_LOOP = [0, 0, 0, 0, 0, 1, 1]
+"""Each thread's last barrier of the graph is the one after the loop."""
 
 
-@pytest.mark.parametrize("options", [{"aggregate": True}, {"inner_waits": True},
-                                     {"barriers": False}, {"ops": "MUL_MAT"}])
-def test_one_trap_refuses_what_needs_the_op_begin(options: dict[str, object]) -> None:
-    ops = options.pop("ops", None)
-    with pytest.raises(ProfinferError, match="--one-trap has no op-begin probe"):
-        Selection.parse(None, 1, ops, one_trap=True, **options)  # type: ignore[arg-type]
+def _described_at_graph_begin(rec: Recording) -> Recording:
+    """The synthetic run with its nodes described at its graph's begin, as the probes do."""
+    nodes = rec.nodes.copy()
+    nodes["ts"] = GRAPH_BEGIN
+    return replace(rec, nodes=nodes)
 
 
-def test_one_trap_is_refused_where_no_barrier_says_its_node() -> None:
-    selection = Selection(one_trap=True)
-    _one_trap_possible(selection, PLAN)
-    with pytest.raises(ProfinferError, match="--one-trap needs a call of ggml_barrier"):
-        _one_trap_possible(selection, ProbePlan(PLAN.probes, GGML, (), "x86-64", (AFTER,)))
+def one_trap_recording() -> Recording:
+    rec = _described_at_graph_begin(synthetic.recording())
+    events = rec.events[rec.events["kind"] != Kind.OP_BEGIN].copy()
+    barriers = events["kind"] == Kind.BARRIER
+    events["arg0"][barriers] = NAMED
+    events["arg1"][barriers] = AFTER_LOOP
+    return replace(rec, events=events)
+
+
+def test_ops_are_derived_from_the_barrier_arrivals() -> None:
+    model = build(one_trap_recording())
+    ops = model.ops
+    assert model.nodes.names == ["ffn_up-0", "norm-0", "attn_norm-0", "l_out-0"]
+    assert model.dropped_ops == 0
+    rows = list(zip(ops.tid.tolist(), ops.node.tolist(), ops.fused.tolist(), ops.ith.tolist(),
+                    ops.begin.tolist(), ops.work_end.tolist(), ops.end.tolist(), strict=True))
+    # A node's ops begin at the release before (the last arrival there; the graph's begin for
+    # the first), end of work at the thread's last barrier naming it, end at its release (the
+    # graph's end for the last node).
+    assert rows == [
+        (MAIN, 0, -1, 0, GRAPH_BEGIN, 8_000, 8_000),
+        (MAIN, 1, 2, 0, 8_000, 9_500, 9_900),
+        (MAIN, 3, -1, 0, 9_900, 12_000, GRAPH_END),
+        (WORKER, 0, -1, 1, GRAPH_BEGIN, 5_000, 8_000),
+        (WORKER, 1, 2, 1, 8_000, 9_900, 9_900),
+        (WORKER, 3, -1, 1, 9_900, 11_000, GRAPH_END),
+    ]
+    assert (ops.counter_delta == -1).all()
+    assert ops.cpu.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_an_exact_recording_becomes_its_barriers_named() -> None:
+    rec = synthetic.recording()
+    assert not is_one_trap(rec.events)
+    one = as_one_trap(rec)
+    assert is_one_trap(one.events)
+    assert not np.any(one.events["kind"] == Kind.OP_BEGIN)
+    barriers = one.events[one.events["kind"] == Kind.BARRIER]
+    in_time = barriers[np.argsort(barriers["ts"], kind="stable")]
+    assert in_time["arg0"].tolist() == NAMED
+    assert in_time["arg1"].tolist() == AFTER_LOOP
+    assert len(one.events) == len(rec.events) - np.count_nonzero(rec.events["kind"]
+                                                                 == Kind.OP_BEGIN)
+
+
+def test_derived_and_exact_ops_are_of_the_same_threads_and_nodes() -> None:
+    rec = _described_at_graph_begin(synthetic.recording())
+    exact, derived = build(rec), build(as_one_trap(rec))
+    same = agreement(exact, derived)
+    assert same["same_ops"] and same["keys"] == same["keys_derived"] == 3
+    assert np.array_equal(exact.ops.work_end, derived.ops.work_end)
+    # Each thread's op begins where the barrier before released it: before its recorded begin.
+    assert (derived.ops.begin <= exact.ops.begin).all()
+    itself = agreement(exact, exact)
+    assert itself["total_error"] == 0 and itself["op_begin_us"] == {"median": 0, "worst": 0}
+
+
+def test_barriers_that_name_no_node_are_no_one_trap_recording() -> None:
+    rec = synthetic.recording()
+    events = rec.events[rec.events["kind"] != Kind.OP_BEGIN]
+    assert not is_one_trap(events)
+    assert len(build(replace(rec, events=events)).ops) == 0

@@ -1,0 +1,163 @@
+"""Ops from one trap per op: each thread's barrier arrivals in ggml's graph loop.
+
+ggml's compute loop runs every non-empty node of a graph on every thread, then calls
+ggml_barrier. A one-trap recording has no op begins, only those calls, each naming the node its
+thread has just finished (a BARRIER's arg0; 0: not known). Per graph computation:
+
+- a thread's arrival at node n, a(t, n), is its last barrier naming n: the end of its work;
+- the barrier's release r(n) is the last arrival there over the graph's threads (the threads
+  leave it a wake-up later, which this ignores): the end of every thread's op on n;
+- a thread's op on n begins at the release before it (the node before's; the first node's at
+  the graph's begin), so the wake-up and the loop's own steps count as its work.
+
+The derivation places an op begin there for each (thread, node), then the model pairs op begins
+and barriers as for a recording that has them (trace_model._ops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
+from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.model.lookup import last_descriptor, latest
+
+FUSED_OPS = ("RMS_NORM", "MUL")
+"""The node pair ggml's CPU backend fuses (ggml_compute_forward_rms_norm_mul_fused): one call,
+one barrier, which names the second node."""
+
+
+def is_one_trap(events: np.ndarray) -> bool:
+    """Whether a recording's ops are to be derived from its barriers: it has barriers that name
+    their node and no op begins."""
+    kinds = events["kind"]
+    if np.any((kinds == Kind.OP_BEGIN) | (kinds == Kind.OP_SKIP)):
+        return False
+    return bool(np.any((kinds == Kind.BARRIER) & (events["arg0"] != 0)))
+
+
+def with_op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
+                   graph_tid: np.ndarray, descriptors: np.ndarray,
+                   fused_ops: tuple[int, int]) -> np.ndarray:
+    """`events` (sorted by thread, then time; `graph_of`: each one's graph, -1 for none) with an
+    op begin for each thread's share of each node its barriers name, still sorted: at the
+    release before (after a barrier at the same time), on the CPU of the thread's arrival,
+    counters unread; `fused_ops` (op ids) makes a pair of a node and the one it reads."""
+    named = np.flatnonzero((events["kind"] == Kind.BARRIER) & (events["arg0"] != 0)
+                           & (graph_of >= 0))
+    arrival, g = _arrivals(events[named], graph_of[named])
+    group, group_g, group_ptr, before = _releases(arrival, g, graph_begin)
+    first = _fused_first(group_g, group_ptr, before, descriptors, fused_ops)
+    ith, nth = _ith(g, arrival["tid"], graph_tid)
+    begins = arrival.copy()
+    fused = first[group] != 0
+    begins["kind"] = Kind.OP_BEGIN
+    begins["ts"] = before[group]
+    begins["arg0"] = np.where(fused, first[group], arrival["arg0"])
+    begins["arg1"] = np.where(fused, arrival["arg0"], 0)
+    begins["ith"], begins["aux"] = ith, nth
+    begins["counter"] = np.uint64(COUNTER_UNREAD)
+    merged = np.concatenate([events, begins])
+    return merged[np.lexsort((np.arange(len(merged)), merged["ts"], merged["tid"]))]
+
+
+def _arrivals(barriers: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each thread's last barrier naming each node of each graph, and its graph."""
+    order = np.lexsort((barriers["ts"], barriers["arg0"], barriers["tid"], g))
+    b, g = barriers[order], g[order]
+    last = np.ones(len(b), bool)
+    last[:-1] = ((g[1:] != g[:-1]) | (b["tid"][1:] != b["tid"][:-1])
+                 | (b["arg0"][1:] != b["arg0"][:-1]))
+    return b[last], g[last]
+
+
+def _releases(arrival: np.ndarray, g: np.ndarray, graph_begin: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The (graph, node) of each arrival, as an index into the (graph, node)s; and per (graph,
+    node): its graph, its tensor and the release of the barrier before it (the graph's begin
+    for its first node), nodes ordered by their barriers' releases."""
+    order = np.lexsort((arrival["arg0"], g))
+    sorted_g, ptr = g[order], arrival["arg0"][order]
+    new = np.ones(len(order), bool)
+    new[1:] = (sorted_g[1:] != sorted_g[:-1]) | (ptr[1:] != ptr[:-1])
+    group = np.empty(len(order), np.int64)
+    group[order] = np.cumsum(new) - 1
+    starts = np.flatnonzero(new)
+    group_g, group_ptr = sorted_g[starts], ptr[starts]
+    if len(starts) == 0:
+        return group, group_g, group_ptr, np.empty(0, np.uint64)
+    release = np.maximum.reduceat(arrival["ts"][order], starts)
+    by_time = np.lexsort((release, group_g))
+    same_graph = np.zeros(len(starts), bool)
+    same_graph[1:] = group_g[by_time][1:] == group_g[by_time][:-1]
+    previous = np.concatenate([[0], release[by_time][:-1]]).astype(np.uint64)
+    before = np.empty(len(starts), np.uint64)
+    before[by_time] = np.where(same_graph, previous, graph_begin[group_g[by_time]])
+    return group, group_g, group_ptr, before
+
+
+def _fused_first(group_g: np.ndarray, group_ptr: np.ndarray, at: np.ndarray,
+                 descriptors: np.ndarray, fused_ops: tuple[int, int]) -> np.ndarray:
+    """Per (graph, node), the first node of the fused pair it ends (0: none): the node of the
+    pair's first op it reads, where no barrier of its graph names that one."""
+    first = np.zeros(len(group_ptr), np.uint64)
+    second = last_descriptor(descriptors, group_ptr, at)
+    known = second >= 0
+    known[known] = descriptors["op"][second[known]] == fused_ops[1]
+    for slot in range(descriptors["src"].shape[1]):
+        rows = np.flatnonzero(known & (first == 0))
+        src = descriptors["src"]["ptr"][second[rows], slot]
+        read = last_descriptor(descriptors, src, at[rows])
+        pair = (src != 0) & (read >= 0)
+        pair[pair] = descriptors["op"][read[pair]] == fused_ops[0]
+        own = latest(group_ptr, group_g, src, group_g[rows])
+        own_barrier = own >= 0
+        own_barrier[own_barrier] = group_g[own[own_barrier]] == group_g[rows[own_barrier]]
+        first[rows[pair & ~own_barrier]] = src[pair & ~own_barrier]
+    return first
+
+
+def _ith(g: np.ndarray, tid: np.ndarray, graph_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per arrival, its thread's number in its graph (0: the thread that computes the graph, then
+    the others by thread id) and the graph's threads seen."""
+    other = tid != graph_tid[g]
+    order = np.lexsort((tid, other, g))
+    sorted_g, sorted_tid = g[order], tid[order]
+    new_graph = np.ones(len(order), bool)
+    new_graph[1:] = sorted_g[1:] != sorted_g[:-1]
+    new_thread = new_graph.copy()
+    new_thread[1:] |= sorted_tid[1:] != sorted_tid[:-1]
+    number = np.cumsum(new_thread) - 1
+    ith = np.empty(len(order), np.int64)
+    ith[order] = number - np.maximum.accumulate(np.where(new_graph, number, 0))
+    nth = np.zeros(len(graph_tid), np.int64)
+    np.maximum.at(nth, g, ith + 1)
+    return ith, nth[g]
+
+
+def as_one_trap(recording: Recording) -> Recording:
+    """What one trap per op would have recorded of a run recorded with both: its barriers, each
+    naming the node its thread's latest op begin in the graph named (the second of a fused
+    pair) where it names none, the thread's last barrier in the graph the one after the loop
+    (arg1 1); no op begins or skips."""
+    events = recording.events
+    events = events[np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))]
+    kinds = events["kind"]
+    graph_begin = np.sort(events["ts"][kinds == Kind.GRAPH_BEGIN])
+    graph_no = np.searchsorted(graph_begin, events["ts"], side="right")
+    begins = np.flatnonzero(kinds == Kind.OP_BEGIN)
+    barriers = np.flatnonzero(kinds == Kind.BARRIER)
+    op = latest(events["tid"][begins], begins, events["tid"][barriers], barriers)
+    op_row = begins[np.maximum(op, 0)]
+    same = (op >= 0) & (graph_no[op_row] == graph_no[barriers])
+    node = np.where(events["arg1"][op_row] != 0, events["arg1"][op_row], events["arg0"][op_row])
+    named = events["arg0"][barriers]
+    events["arg0"][barriers] = np.where((named == 0) & same, node, named)
+    after = np.ones(len(barriers), bool)
+    after[:-1] = ((events["tid"][barriers][1:] != events["tid"][barriers][:-1])
+                  | (graph_no[barriers][1:] != graph_no[barriers][:-1]))
+    events["arg1"][barriers] = after
+    kept = (kinds != Kind.OP_BEGIN) & (kinds != Kind.OP_SKIP)
+    return replace(recording, events=events[kept])
