@@ -55,6 +55,7 @@ from bench.report import markdown
 from profinfer_perfetto.capture.events import SCHED, Kind
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
+from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import TraceStream
@@ -438,7 +439,8 @@ def bench_one_trap(tokens: int = 128) -> dict[str, Any]:
     trap's entry (`op_begin_us`), which a run with one trap per op does not have."""
     results: dict[str, Any] = {}
     for name, threads in ONE_TRAP_SETUPS:
-        request = RecordRequest(command=completion(name, tokens, threads))
+        request = RecordRequest(command=completion(name, tokens, threads),
+                                selection=Selection(exact=True))
         rec = record(request, plan(request))
         results[f"{name} t{threads}"] = agreement(build(rec), build(as_one_trap(rec)))
         print(name, threads, {k: v for k, v in results[f"{name} t{threads}"].items()

@@ -95,6 +95,8 @@ class ProbePlan:
     loop_barriers: tuple[LoopBarrier, ...] = ()
     """The barrier calls of the graph loop whose node is known (analysis/loop.py): each probed
     by a program of its own, LoopBarrier.fn."""
+    openmp: bool = False
+    """The graph loop's barrier is OpenMP's (GOMP_barrier), which it skips at 1 thread."""
 
     @property
     def traces_blas(self) -> bool:
@@ -388,7 +390,7 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
     if not any(p.fn in TOKEN_SYMBOLS.values() for p in probes):
         notes.append("no llama_decode in the target: no token steps, graphs only")
     return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name,
-                     tuple(loop.values()))
+                     tuple(loop.values()), openmp=bool(sites[BARRIER_SYMBOLS[1]]))
 
 
 def _loop_barriers(f: ElfFile, ggml: GgmlInfo, calls: list[int]) -> dict[int, LoopBarrier]:

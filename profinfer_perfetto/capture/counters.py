@@ -34,6 +34,9 @@ HARDWARE_COUNTERS = {
     "stalled-cycles-backend": 8,
     "ref-cycles": 9,
 }
+DEFAULT_COUNTERS = ("context-switches",)
+"""What `record` reads where --counter names none: its per-thread track shows when the kernel
+took a thread off its CPU (per op only with two traps per op: recorder.exact_because)."""
 _PERF_TYPE_HARDWARE = 0
 _PERF_TYPE_SOFTWARE = 1
 _READ_FORMAT_AT = 32

@@ -27,6 +27,7 @@ from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.analysis.loop import BARRIER_NODE_PREFIX
 from profinfer_perfetto.analysis.target import Probe, ProbePlan
 from profinfer_perfetto.capture import process
+from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS
 from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.redact import redact
@@ -87,7 +88,7 @@ class RecordRequest:
     command: list[str] | None = None
     pid: int | None = None
     duration_s: float | None = None
-    counters: tuple[str, ...] = ("context-switches",)
+    counters: tuple[str, ...] = DEFAULT_COUNTERS
     libs: tuple[Path, ...] = ()
     rings: RingSizes = field(default_factory=RingSizes)
     selection: Selection = field(default_factory=Selection)
@@ -121,9 +122,8 @@ def plan(request: RecordRequest) -> ProbePlan | None:
 
 
 def _timed(request: RecordRequest, probe_plan: ProbePlan) -> ProbePlan:
-    """The plan, checked to read the GPU timestamps that --gpu-timestamps asks for, and to
-    have the barrier calls --one-trap probes (before the command is launched)."""
-    _one_trap_possible(request.selection, probe_plan)
+    """The plan, checked to read the GPU timestamps that --gpu-timestamps asks for (before the
+    command is launched)."""
     if request.gpu_timestamps and not probe_plan.times_vulkan:
         raise ProfinferError("--gpu-timestamps needs ggml's Vulkan backend and the Vulkan "
                              f"loader's {target.VULKAN_QUERY} in the command's libraries: "
@@ -344,7 +344,7 @@ def _prepare(stack: contextlib.ExitStack, request: RecordRequest, probe_plan: Pr
     target still held) and the sink that keeps the records when there is no `sink`."""
     pid, probe_plan = _target(request, probe_plan, launched)
     session = stack.enter_context(_session(request, probe_plan))
-    _attach(session, request.selection, probe_plan, pid)
+    _attach(session, request, probe_plan, pid)
     sched, sched_note = stack.enter_context(_sched_probes(request, pid))
     kept = _Keep(len(request.counters))
     named = launched is not None and launched.found is None
@@ -403,28 +403,38 @@ def program_of(request: RecordRequest, probe_plan: ProbePlan) -> str:
                         probe_plan.traces_vulkan, probe_plan.loop_barriers)
 
 
-def _one_trap_possible(selection: Selection, probe_plan: ProbePlan) -> None:
-    """Refuse --one-trap where no barrier call of the graph loop says its node."""
-    if selection.one_trap and not any(b.index for b in probe_plan.loop_barriers):
-        raise ProfinferError("--one-trap needs a call of ggml_barrier in the graph loop whose "
-                             "node the loop's registers say, and this build has none: record "
-                             "without --one-trap")
+def exact_because(request: RecordRequest, probe_plan: ProbePlan) -> str | None:
+    """Why a run probes each op's begin as well as its barrier (two traps per op and thread;
+    --no-barriers: the op begin alone), None where the graph loop's barrier calls whose node is
+    known are enough (one trap: the default)."""
+    selection = request.selection
+    asked = {"--exact": selection.exact, "--aggregate": selection.aggregate,
+             "--ops": selection.filtered, "--inner-waits": selection.inner_waits,
+             "--no-barriers": not selection.barriers,
+             "--counter": request.counters not in ((), DEFAULT_COUNTERS)}
+    if options := [name for name, given in asked.items() if given]:
+        return ", ".join(options)
+    if not any(b.index for b in probe_plan.loop_barriers):
+        return "the build's graph loop has no barrier call whose node is known"
+    if probe_plan.openmp:
+        return "an OpenMP build's graph loop skips its barrier at 1 thread"
+    return None
 
 
 def _session(request: RecordRequest, probe_plan: ProbePlan) -> ProbeSession:
     require_host(probe_plan.arch)
     selection = request.selection
-    _one_trap_possible(selection, probe_plan)
     traced_ops = [_op_id(probe_plan.ggml, name) for name in selection.ops]
     return ProbeSession(program_of(request, probe_plan), list(request.counters), request.rings,
                         traced_ops, steered=selection.detach)
 
 
-def _attach(session: ProbeSession, selection: Selection, probe_plan: ProbePlan,
+def _attach(session: ProbeSession, request: RecordRequest, probe_plan: ProbePlan,
             pid: int) -> None:
     """The probes the selection wants from the start (with --detach, the op probes come
     later)."""
-    probes = _probes(selection, probe_plan)
+    selection = request.selection
+    probes = _probes(request, probe_plan)
     session.attach(tuple(p for p in probes
                          if not (selection.detach and _op_probe(p.fn))), pid)
     if selection.gated and not selection.detach:
@@ -435,24 +445,28 @@ def _op_probe(fn: str) -> bool:
     return fn in OP_PROBES or fn.startswith(BARRIER_NODE_PREFIX)
 
 
-def _probes(selection: Selection, probe_plan: ProbePlan) -> tuple[Probe, ...]:
-    """The plan's probes that the selection keeps: no barriers with --no-barriers, the waits
-    inside ops only with --inner-waits; with --one-trap, of the op probes only the barrier
-    calls whose node is known."""
+def _probes(request: RecordRequest, probe_plan: ProbePlan) -> tuple[Probe, ...]:
+    """The plan's probes that the request keeps: no barriers with --no-barriers, the waits
+    inside ops only with --inner-waits; of the op probes only the barrier calls whose node is
+    known, unless the run is exact (exact_because)."""
+    selection = request.selection
+    one_trap = exact_because(request, probe_plan) is None
     return tuple(p for p in probe_plan.probes
                  if (selection.barriers or not (p.fn in BARRIER_PROBES
                                                 or p.fn.startswith(BARRIER_NODE_PREFIX)))
                  and (selection.inner_waits or p.fn not in INNER_WAIT_PROBES)
-                 and not (selection.one_trap and p.fn in OP_PROBES))
+                 and not (one_trap and p.fn in OP_PROBES))
 
 
-def _traps_per_op(selection: Selection) -> str:
-    """The run's note on the traps each op costs each thread (besides inner waits)."""
-    if selection.one_trap:
-        return "traps per op and thread: 1 (barrier sites only)"
-    if selection.barriers:
-        return "traps per op and thread: 2 (op begin and barrier)"
-    return "traps per op and thread: 1 (op begin only)"
+def traps_per_op(request: RecordRequest, probe_plan: ProbePlan) -> str:
+    """The run's note on the traps each op costs each thread (besides inner waits), and why
+    where it is not the default's one."""
+    because = exact_because(request, probe_plan)
+    if because is None:
+        return "traps per op and thread: 1 (the graph loop's barrier calls; --exact: 2)"
+    if request.selection.barriers:
+        return f"traps per op and thread: 2 (op begin and barrier: {because})"
+    return "traps per op and thread: 1 (op begin only: --no-barriers)"
 
 
 def _folded(costs: dict[str, ProbeCost]) -> dict[str, ProbeCost]:
@@ -579,7 +593,8 @@ class _Capture:
         so chosen steps closer than that can be missed.
         """
         selection, session = self.request.selection, self.session
-        op_probes = tuple(p for p in _probes(selection, self.probe_plan) if _op_probe(p.fn))
+        op_probes = tuple(p for p in _probes(self.request, self.probe_plan)
+                          if _op_probe(p.fn))
         while not done.is_set():
             session.wait_for_steer(STEER_WAIT_S)
             step, armed = session.gate()
@@ -606,7 +621,7 @@ class _Capture:
 
     def notes(self, lost: dict[Ring, int], sched_lost: int) -> list[str]:
         notes = list(self.probe_plan.notes) + self.extra_notes
-        notes.append(_traps_per_op(self.request.selection))
+        notes.append(traps_per_op(self.request, self.probe_plan))
         if self.request.peaks_note is not None:
             notes.append(self.request.peaks_note)
         if self.request.gpu_timestamps:

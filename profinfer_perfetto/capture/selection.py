@@ -36,9 +36,11 @@ class Selection:
     more traps per such call and about 0.1-0.2 s per probe (some 250 in a build with llamafile)
     to remove them when the capture ends."""
 
-    one_trap: bool = False
-    """Of the op probes, attach only the graph loop's barrier calls whose node is known
-    (analysis/loop.py): one trap per op and thread, each op derived from the barriers (its
+    exact: bool = False
+    """Probe each op's begin as well as the barrier after it (two traps per op and thread).
+    Without (the default), where the build allows it (capture/recorder.py, exact_because),
+    only the graph loop's barrier calls whose node is known are probed (analysis/loop.py):
+    one trap per op and thread, each op derived from the barriers (model/one_trap.py: its
     begin at the previous barrier's release, its work's end at the thread's arrival)."""
 
     def selected(self, step: int) -> bool:
@@ -62,7 +64,7 @@ class Selection:
     @staticmethod
     def parse(tokens: str | None, sample: int, ops: str | None, detach: bool = False,
               aggregate: bool = False, barriers: bool = True, floor: bool = False,
-              inner_waits: bool = False, one_trap: bool = False) -> Selection:
+              inner_waits: bool = False, exact: bool = False) -> Selection:
         """From --tokens A:B, --sample N and --ops MUL_MAT,ffn_*."""
         first = last = 0
         if tokens:
@@ -91,10 +93,6 @@ class Selection:
         if floor and (aggregate or names):
             raise ProfinferError("--floor sends no op events: it does not go with --aggregate "
                                  "or --ops")
-        if one_trap and (aggregate or names or inner_waits or not barriers):
-            raise ProfinferError("--one-trap has no op-begin probe, which --aggregate, --ops "
-                                 "and --inner-waits need, and probes only barriers: it does "
-                                 "not go with them or --no-barriers")
         return Selection(first, last, sample, tuple(o for o in names if not o.endswith("*")),
                          prefixes[0] if prefixes else "", aggregate, barriers, floor, detach,
-                         inner_waits, one_trap)
+                         inner_waits, exact)

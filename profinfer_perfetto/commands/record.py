@@ -13,7 +13,7 @@ import typer
 
 from profinfer_perfetto.analysis.target import ProbePlan
 from profinfer_perfetto.capture import process
-from profinfer_perfetto.capture.counters import counter_config
+from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS, counter_config
 from profinfer_perfetto.capture.events import MAX_COUNTERS
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.recorder import (
@@ -97,11 +97,12 @@ FloorOption = Annotated[
                  "(no op events): the traps alone, to measure the floor of tracing ops "
                  "with uprobes on this machine."),
 ]
-OneTrapOption = Annotated[
+ExactOption = Annotated[
     bool,
-    typer.Option("--one-trap", help="Probe only the graph loop's barrier calls, which say the "
-                 "node each thread has finished: one trap per op and thread (ops derived from "
-                 "the barriers); not with --aggregate, --ops, --counter or --inner-waits."),
+    typer.Option("--exact", help="Probe each op's begin too: two traps per op and thread, each "
+                 "thread's start of an op as it happened (by default one trap, at the graph "
+                 "loop's barrier calls, and each op begins at the barrier's release); always "
+                 "so with --counter, --ops, --aggregate and --inner-waits."),
 ]
 DetachOption = Annotated[
     bool,
@@ -169,12 +170,9 @@ class RecordCommand:
             rotate: RotateOption = 0, stream: StreamOption = None, sched: SchedOption = False,
             peaks_file: PeaksOption = None,
             gpu_timestamps: GpuTimestampsOption = False,
-            one_trap: OneTrapOption = False) -> int:
+            exact: ExactOption = False) -> int:
         """The options, checked: the command to run."""
         counters = _counters(counter)
-        if one_trap and counter is not None and counters:
-            raise ProfinferError("--one-trap has no op-begin probe to read --counter at: "
-                                 "record without one of them")
         rotation = _rotation(max_size, rotate, json)
         _check_modes(rotation, stream, json, sched, command, pid, ring_pages)
         if gpu_timestamps and pid is not None:
@@ -189,7 +187,7 @@ class RecordCommand:
             libs=tuple(lib or ()),
             rings=RingSizes(ring_pages, ring_pages),
             selection=Selection.parse(tokens, sample, ops, detach, aggregate, barriers, floor,
-                                      inner_waits, one_trap),
+                                      inner_waits, exact),
             sched=sched,
             peaks=roofs,
             peaks_note=roofs_note,
@@ -295,7 +293,7 @@ class RecordCommand:
 
 def _counters(names: list[str] | None) -> list[str]:
     """--counter's names, each known, context-switches where none is given."""
-    counters = ["context-switches"] if names is None else [c for c in names if c != "none"]
+    counters = list(DEFAULT_COUNTERS) if names is None else [c for c in names if c != "none"]
     for name in counters:
         counter_config(name)
     if len(counters) > MAX_COUNTERS:

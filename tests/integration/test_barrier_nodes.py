@@ -1,8 +1,8 @@
 """Each barrier of the graph loop names the node its thread has just finished (analysis/loop.py),
-and record --one-trap sees every op through those barriers alone.
+and a recording with one trap per op (the default) sees every op through those barriers alone.
 
 The oracle is the op-begin probe, which reads the node from the op function's argument (another
-path): in today's mode, each op begin's node (the last of a fused pair) is named by exactly one
+path): with --exact, each op begin's node (the last of a fused pair) is named by exactly one
 barrier of its thread before the thread's next op begins, and no barrier names another.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.events import Kind
-from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, traps_per_op
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.capture.selection import Selection
 from tests.integration.test_record import completion
@@ -35,7 +35,8 @@ def _by_time(rec: Recording) -> list[tuple[int, int, int, int, int]]:
 def test_a_loop_barrier_names_the_node_of_its_thread_s_latest_op(
         llama: Callable[..., Path], model: Callable[[str], Path], name: str,
         threads: int) -> None:
-    request = RecordRequest(command=completion(llama, model(name), threads, n=8))
+    request = RecordRequest(command=completion(llama, model(name), threads, n=8),
+                            selection=Selection(exact=True))
     rec = record(request, plan(request))
     unnamed: dict[int, int] = {}
     after = 0
@@ -68,13 +69,16 @@ def _named_ops(rec: Recording) -> Counter[int]:
 
 def test_one_trap_sees_through_the_barriers_the_ops_of_the_exact_mode(
         llama: Callable[..., Path], model: Callable[[str], Path]) -> None:
-    """The same seeded generation: --one-trap has no op begin, and its barriers name as many
-    nodes of each op type as the exact mode's barriers do."""
+    """The same seeded generation: by default no op begin, and the barriers name as many
+    nodes of each op type as the barriers of an --exact recording do."""
     cmd = completion(llama, model("tiny-llama"), 2, n=8)
-    exact = record(RecordRequest(command=cmd), plan(RecordRequest(command=cmd)))
-    request = RecordRequest(command=cmd, selection=Selection(one_trap=True))
-    one = record(request, plan(request))
+    exact_request = RecordRequest(command=cmd, selection=Selection(exact=True))
+    exact = record(exact_request, plan(exact_request))
+    request = RecordRequest(command=cmd)
+    one_plan = plan(request)
+    assert one_plan is not None
+    one = record(request, one_plan)
     assert not np.count_nonzero(one.events["kind"] == Kind.OP_BEGIN)
-    assert "traps per op and thread: 1 (barrier sites only)" in one.run.notes
-    assert "traps per op and thread: 2 (op begin and barrier)" in exact.run.notes
+    assert traps_per_op(request, one_plan) in one.run.notes
+    assert "traps per op and thread: 2 (op begin and barrier: --exact)" in exact.run.notes
     assert _named_ops(one) == _named_ops(exact) != Counter()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.model.one_trap import as_one_trap
 from profinfer_perfetto.model.trace_model import build
 from tests.integration.test_record import completion
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.root
 
 def test_derived_ops_are_the_recorded_ones(llama: Callable[..., Path],
                                            model: Callable[[str], Path]) -> None:
-    request = RecordRequest(command=completion(llama, model("tiny-llama"), 2, n=8))
+    request = RecordRequest(command=completion(llama, model("tiny-llama"), 2, n=8),
+                            selection=Selection(exact=True))
     rec = record(request, plan(request))
     exact, derived = build(rec), build(as_one_trap(rec))
     assert np.array_equal(exact.nodes.raw["ptr"], derived.nodes.raw["ptr"])

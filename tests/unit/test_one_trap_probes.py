@@ -1,4 +1,6 @@
-"""record --one-trap: which probes it attaches, and the options it refuses in one sentence."""
+"""Which op probes `record` attaches: one trap per op (the graph loop's barrier calls whose node
+is known) by default, and each op's begin too where --exact, another option or the build asks
+for it, with the reason in the run's notes."""
 
 from __future__ import annotations
 
@@ -8,9 +10,8 @@ import pytest
 
 from profinfer_perfetto.analysis.loop import LoopBarrier
 from profinfer_perfetto.analysis.target import Probe, ProbePlan
-from profinfer_perfetto.capture.recorder import _one_trap_possible, _probes
+from profinfer_perfetto.capture.recorder import RecordRequest, _probes, traps_per_op
 from profinfer_perfetto.capture.selection import Selection
-from profinfer_perfetto.errors import ProfinferError
 from tests.synthetic import GGML
 
 INSIDE = LoopBarrier(0x20, "r12", -1, "rax", False)
@@ -19,24 +20,48 @@ FNS = ("op_begin", "fused_op_begin", "barrier_enter", AFTER.fn, INSIDE.fn, "grap
        "graph_end", "decode_begin")
 PLAN = ProbePlan(tuple(Probe(fn, Path("/lib/libggml-cpu.so"), i, fn) for i, fn in enumerate(FNS)),
                  GGML, (), "x86-64", (AFTER, INSIDE))
+ONE_TRAP = {AFTER.fn, INSIDE.fn, "graph_begin", "graph_end", "decode_begin"}
 
 
-def test_one_trap_attaches_the_loop_s_barriers_and_no_op_begin() -> None:
-    kept = {p.fn for p in _probes(Selection.parse(None, 1, None, one_trap=True), PLAN)}
-    assert kept == {AFTER.fn, INSIDE.fn, "graph_begin", "graph_end", "decode_begin"}
-    assert {p.fn for p in _probes(Selection(), PLAN)} == set(FNS)
-
-
-@pytest.mark.parametrize("options", [{"aggregate": True}, {"inner_waits": True},
-                                     {"barriers": False}, {"ops": "MUL_MAT"}])
-def test_one_trap_refuses_what_needs_the_op_begin(options: dict[str, object]) -> None:
+def _request(counters: tuple[str, ...] = ("context-switches",), **options: object
+             ) -> RecordRequest:
     ops = options.pop("ops", None)
-    with pytest.raises(ProfinferError, match="--one-trap has no op-begin probe"):
-        Selection.parse(None, 1, ops, one_trap=True, **options)  # type: ignore[arg-type]
+    selection = Selection.parse(None, 1, ops, **options)  # type: ignore[arg-type]
+    return RecordRequest(command=["llama"], selection=selection, counters=counters)
 
 
-def test_one_trap_is_refused_where_no_barrier_says_its_node() -> None:
-    selection = Selection(one_trap=True)
-    _one_trap_possible(selection, PLAN)
-    with pytest.raises(ProfinferError, match="--one-trap needs a call of ggml_barrier"):
-        _one_trap_possible(selection, ProbePlan(PLAN.probes, GGML, (), "x86-64", (AFTER,)))
+def test_by_default_the_loop_s_barriers_and_no_op_begin() -> None:
+    request = _request()
+    assert {p.fn for p in _probes(request, PLAN)} == ONE_TRAP
+    assert traps_per_op(request, PLAN).startswith("traps per op and thread: 1 (the graph loop")
+    # No counter at all is one trap too.
+    assert {p.fn for p in _probes(_request(counters=()), PLAN)} == ONE_TRAP
+
+
+@pytest.mark.parametrize(("options", "because"), [
+    ({"exact": True}, "--exact"), ({"aggregate": True}, "--aggregate"),
+    ({"inner_waits": True}, "--inner-waits"), ({"ops": "MUL_MAT"}, "--ops"),
+    ({"counters": ("instructions",)}, "--counter")])
+def test_what_needs_the_op_begin_probes_it(options: dict[str, object], because: str) -> None:
+    request = _request(**options)  # type: ignore[arg-type]
+    assert {p.fn for p in _probes(request, PLAN)} >= {"op_begin", "fused_op_begin", INSIDE.fn}
+    assert traps_per_op(request, PLAN) == (
+        f"traps per op and thread: 2 (op begin and barrier: {because})")
+
+
+def test_no_barriers_probes_the_op_begin_alone() -> None:
+    request = _request(barriers=False)
+    assert {p.fn for p in _probes(request, PLAN)} == {"op_begin", "fused_op_begin", "graph_begin",
+                                                      "graph_end", "decode_begin"}
+    assert traps_per_op(request, PLAN) == (
+        "traps per op and thread: 1 (op begin only: --no-barriers)")
+
+
+@pytest.mark.parametrize(("plan", "because"), [
+    (ProbePlan(PLAN.probes, GGML, (), "x86-64", (AFTER,)), "no barrier call whose node"),
+    (ProbePlan(PLAN.probes, GGML, (), "x86-64", (AFTER, INSIDE), openmp=True), "OpenMP")])
+def test_a_build_without_a_known_node_at_its_barriers_is_recorded_exactly(
+        plan: ProbePlan, because: str) -> None:
+    request = _request()
+    assert "op_begin" in {p.fn for p in _probes(request, plan)}
+    assert because in traps_per_op(request, plan)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from profinfer_perfetto.analysis.target import Probe, ProbePlan
-from profinfer_perfetto.capture.recorder import _probes
+from profinfer_perfetto.capture.recorder import RecordRequest, _probes
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.errors import ProfinferError
 from tests.synthetic import GGML
@@ -25,7 +25,8 @@ PLAN = ProbePlan(tuple(Probe(fn, Path("/lib/libggml-cpu.so"), i, fn) for i, fn i
 ])
 def test_the_barrier_probes_each_selection_attaches(options: dict[str, bool],
                                                      kept: set[str]) -> None:
-    assert {p.fn for p in _probes(Selection.parse(None, 1, None, **options), PLAN)} == kept
+    request = RecordRequest(command=["llama"], selection=Selection.parse(None, 1, None, **options))
+    assert {p.fn for p in _probes(request, PLAN)} == kept
 
 
 @pytest.mark.parametrize("options", [{"aggregate": True}, {"barriers": False}])
