@@ -65,10 +65,12 @@ GUEST_TESTS = (
     "tests/integration/test_routing.py::test_expert_ids_are_the_ones_llama_cpp_computed"
     "[tiny-qwen3moe]",
     "tests/integration/test_pmu.py",
+    "tests/integration/test_barrier_nodes.py",
 )
 """What runs in an emulated machine: a 2-thread tiny-llama generation against bpftrace's op
-count in the same guest, tiny-qwen3moe's expert ids against llama-eval-callback's, and the
-hardware counters per op against perf stat (where the machine has Arm's PMU)."""
+count in the same guest, tiny-qwen3moe's expert ids against llama-eval-callback's, the
+hardware counters per op against perf stat (where the machine has Arm's PMU), and the node each
+barrier names against the op begins (one trap per op on that architecture's registers)."""
 
 
 def _in_guest(session: nox.Session, arch: str, kernel: str, build: str,

@@ -13,8 +13,9 @@ overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `
 windows the recorder attached to one long generation for whole windows (`record --pid`, 6 s,
         its drain thread included) in turn with plain windows, every token step timed by
         bpftrace: each traced window's median step against the plain windows beside it, for
-        `--floor` (the same probe sites, programs that return at once), `--no-barriers` and
-        full tracing.
+        the default (one trap per op) and `--exact` (two), each with its `--floor` (the same
+        probe sites, programs that return at once): Gemma-3-270M and medium-llama, 1 and 2
+        threads.
 one-trap  whether one trap per op would answer as two do: Gemma-3-270M at 1 and 2 threads and
         tiny- and medium-llama at 2, each recorded with both traps and modelled as recorded and
         from its barriers alone: per op key (phase, op, role) the mean and median node time,
@@ -331,7 +332,10 @@ END {{ clear(@depth); clear(@start); }}
 """
 """bpftrace timing every token step (the outermost llama_decode / llama_process call), on the
 monotonic clock: the project's own timing is not used."""
-WINDOW_MODES = {"floor": ["--floor"], "no barriers": ["--no-barriers"], "full": []}
+WINDOW_MODES = {"floor": ["--floor"], "default": [], "exact floor": ["--floor", "--exact"],
+                "exact": ["--exact"]}
+"""The default (one trap per op) and --exact (two), each beside its floor: the same probe sites
+with programs that return at once."""
 
 
 def _boot_minus_monotonic() -> int:
@@ -396,9 +400,9 @@ def _windows(model: str, threads: int, rounds: int, build: str
 
 
 WINDOW_SETUPS = (("gemma-3-270m", 1, "shared"), ("gemma-3-270m", 2, "shared"),
-                 ("gemma-3-270m", 1, "static"), ("gemma-3-270m", 2, "static"))
-"""Model, threads, build: the static build is made with -fcf-protection (every function starts
-with endbr64, as Ubuntu's and Fedora's compilers build by default)."""
+                 ("medium-llama", 1, "shared"), ("medium-llama", 2, "shared"))
+"""Model, threads, build. (The static build, made with -fcf-protection, is OpenMP's: recorded
+with two traps per op whatever the mode.)"""
 
 
 def bench_windows(setups: tuple[tuple[str, int, str], ...] = WINDOW_SETUPS,
