@@ -523,7 +523,8 @@ class _LayoutBuilder:
             found.append(known)
         ids = np.empty((len(first), 2), np.int64)
         ids[in_use] = np.array(found, np.int64).reshape(-1, 2)
-        return ids[which]
+        of_row: np.ndarray = ids[which]
+        return of_row
 
     def _description(self, node: int, fused: int) -> tuple[int, int]:
         """The name and description ids of a node (or fused pair) by what its descriptors say
