@@ -101,8 +101,10 @@ class _Interned:
     def add(self, layout: Layout) -> None:
         """What the layout adds to its tables."""
         self.event_names = layout.strings
-        for args in layout.arg_sets[len(self.blobs):]:
-            self.blobs.append(b"".join(self.annotation(k, v) for k, v in args))
+        known = self.annotations
+        for args in layout.arg_sets[len(self.blobs):]:  # a loop per arg, kept lean
+            self.blobs.append(b"".join([known.get((k, type(v), v)) or self.annotation(k, v)
+                                        for k, v in args]))
 
     def annotation(self, key: str, value: ArgValue) -> bytes:
         """A debug annotation field; one `key: value` pair is serialized once."""
