@@ -1,5 +1,5 @@
-"""The compiled renderer (encode/render.c) writes the same bytes as the numpy one, and the
-encoder falls back to numpy where the library is absent."""
+"""The compiled renderer (encode/render.c) writes the same bytes as the numpy one (a piece at a
+time, and whole packets), and the encoder falls back to numpy where the library is absent."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profinfer_perfetto.encode import native
+from profinfer_perfetto.encode import native, perfetto
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.wire import Pieces
 from profinfer_perfetto.model.layout import build_layout
@@ -52,8 +52,10 @@ def _pieces() -> Pieces:
     return p
 
 
-def test_both_renderers_write_the_same_trace(renderer: native.Renderer,
+@pytest.mark.parametrize("chunk_rows", [perfetto.CHUNK_ROWS, 3])
+def test_both_renderers_write_the_same_trace(renderer: native.Renderer, chunk_rows: int,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(perfetto, "CHUNK_ROWS", chunk_rows)
     monkeypatch.setattr(native, "RENDERER", None)
     by_numpy, pieces_by_numpy = _trace(), _pieces().render()
     monkeypatch.setattr(native, "RENDERER", renderer)
@@ -77,3 +79,17 @@ def test_a_piece_past_its_source_is_refused(renderer: native.Renderer) -> None:
     with pytest.raises(AssertionError):
         renderer.piece(out, np.array([0, 7]), np.arange(4, dtype=np.uint8), None,
                        np.array([0, 0]), np.array([2, 2]))
+
+
+def test_a_packet_range_past_its_source_is_refused(renderer: native.Renderer) -> None:
+    one = np.zeros(1, np.int64)
+    good = (np.zeros(4, np.uint8), one, one + 4)
+    bad = (np.zeros(4, np.uint8), one + 1, one + 4)
+    for ranges in ([good, good, good, bad], [bad, good, good, good]):
+        with pytest.raises(AssertionError):
+            renderer.packets([b"\n"] * 7, one, ranges, [], np.zeros((1, 0), np.int64),
+                             np.zeros(1, bool), np.zeros(1), np.zeros((1, 0), np.int64),
+                             np.zeros((1, 0), bool), np.zeros((1, 0), np.int64))
+    assert renderer.packets([b"\n"] * 7, one, [good] * 4, [], np.zeros((1, 0), np.int64),
+                            np.zeros(1, bool), np.zeros(1), np.zeros((1, 0), np.int64),
+                            np.zeros((1, 0), bool), np.zeros((1, 0), np.int64))
