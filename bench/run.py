@@ -42,8 +42,8 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
@@ -57,7 +57,7 @@ from bench.report import markdown
 from profinfer_perfetto.capture.events import SCHED, Kind
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
-from profinfer_perfetto.capture.spill import Spill
+from profinfer_perfetto.capture.spill import Spill, spill_path
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import TraceStream, write_trace
@@ -588,31 +588,32 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
     """The after-run write of record's default (the records spilled during the run, the trace
     written from them once it ends) against the capture's duration: a real recording
     (tiny-llama, 256 tokens, 2 threads) tiled in time to `seconds` of capture at SERVER_RATE,
-    its 100 ms drains spilled to disk, then read back and written as the trace (wall time,
-    best round)."""
+    its 100 ms drains spilled to disk (a temporary folder), then read back and written as the
+    trace (wall time, best round)."""
     request = RecordRequest(command=completion("tiny-llama", 256, 2))
     rec = record(request, plan(request))
     per_copy = np.count_nonzero(rec.events["kind"] == Kind.OP_BEGIN) / len(rec.events)
     rec = tiled(rec, int(seconds * SERVER_RATE * per_copy))
-    folder, out = CACHE / "write.records", CACHE / "write.pftrace"
-    shutil.rmtree(folder, ignore_errors=True)
-    spill = Spill(folder, len(rec.run.counters))
-    for drained in _drains(rec):
-        spill(drained, rec.run)
-    spill.finish()
     wall = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        write_trace(out, spill.drains(), rec)
-        wall.append(time.perf_counter() - start)
-    spill.remove()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "write.pftrace"
+        spill = Spill(spill_path(out), len(rec.run.counters))
+        for drained in _drains(rec):
+            spill(drained, rec.run)
+        spill.finish()
+        for _ in range(rounds):
+            start = time.perf_counter()
+            write_trace(out, spill.drains(), rec)
+            wall.append(time.perf_counter() - start)
+        size = out.stat().st_size
+        spill.remove()
     events = len(rec.events)
     capture_s = events / SERVER_RATE
     return {"events": events, "capture_s_at_server_rate": round(capture_s, 2),
             "write_s": [round(w, 2) for w in wall],
             "events_per_s": round(events / min(wall)),
             "share_of_capture": round(min(wall) / capture_s, 3),
-            "bytes_per_event": round(out.stat().st_size / events, 2)}
+            "bytes_per_event": round(size / events, 2)}
 
 
 def bench_encoding(rounds: int = 5) -> dict[str, Any]:

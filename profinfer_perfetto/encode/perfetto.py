@@ -24,7 +24,8 @@ deflated, and each sequence's packets side by side for deflate.
 What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event; an event's
 fields other than its counters and flows (type, track, name, args, description) rendered once
 per distinct set of them (`_bodies`: an op's on every token step) and copied from there; a
-field that few rows have costs only on those rows (`Pieces`).
+field that few rows have costs only on those rows (`Pieces`); the packets rendered by
+render.c where scripts/setup.sh built it (encode/native.py; the same bytes as numpy's).
 """
 
 from __future__ import annotations
