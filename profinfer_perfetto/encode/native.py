@@ -13,6 +13,8 @@ import numpy.typing as npt
 
 LIBRARY = Path(__file__).with_name("_render.so")
 """Where scripts/setup.sh builds render.c."""
+ABI = 1
+"""render.c's render_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
 _POINTER = ctypes.c_void_p
@@ -105,11 +107,13 @@ def _steps(values: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def load(path: Path = LIBRARY) -> Renderer | None:
-    """The renderer built at `path`, or None where there is none (or it does not load)."""
+    """The renderer built at `path`, or None where there is none, it does not load or it was
+    built from another version of render.c."""
     if sys.byteorder != "little":  # render.c copies doubles as they lie in memory
         return None
     try:
-        return Renderer(ctypes.CDLL(str(path)))
+        library = ctypes.CDLL(str(path))
+        return Renderer(library) if library.render_abi() == ABI else None
     except (OSError, AttributeError):
         return None
 

@@ -4,6 +4,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The version of the functions below and their arguments, which native.py checks: a library
+ * built from an older render.c (setup.sh not run since) is not used. */
+int render_abi(void)
+{
+    return 1;
+}
+
 /* Row i of the piece (row at[i] of the output, or i where at is NULL) gets
  * source[start[i * start_step] : + length[i * length_step]] at out[next[row]], and next[row]
  * moves past it. Returns 0, or -1 (nothing more copied) where a copy would leave out or

@@ -65,10 +65,15 @@ def test_both_renderers_write_the_same_trace(renderer: native.Renderer, chunk_ro
         assert np.array_equal(a, b)
 
 
-def test_a_missing_library_leaves_numpy_to_render(tmp_path: Path) -> None:
+def test_a_missing_or_other_library_leaves_numpy_to_render(tmp_path: Path) -> None:
     assert native.load(tmp_path / "_render.so") is None
     (tmp_path / "not-a-library.so").write_bytes(b"not an ELF file")
     assert native.load(tmp_path / "not-a-library.so") is None
+    older = tmp_path / "older.c"  # a render.c of another version, not rebuilt since
+    older.write_text(SOURCE.read_text().replace(f"return {native.ABI};", "return 0;"))
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "older.so"), str(older)],
+                   check=True)
+    assert native.load(tmp_path / "older.so") is None
 
 
 def test_a_piece_past_its_source_is_refused(renderer: native.Renderer) -> None:
