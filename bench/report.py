@@ -81,6 +81,18 @@ def _writer_md(w: Any) -> list[str]:
                     str(w["events_per_cpu_s"]), str(w["bytes_per_event"])]])
 
 
+def _write_md(w: Any) -> list[str]:
+    return _table(["record's after-run write (tiny-llama 2 threads, tiled to "
+                   f"{w['capture_s_at_server_rate']} s at 300 k events/s)", "events",
+                   "write s (CPU s), each round", "events/s", "share of the capture",
+                   "bytes per event"],
+                  [["spill read, model, layout, encode, deflate, file", str(w["events"]),
+                    " ".join(f"{s} ({c})" for s, c in zip(w["write_s"], w["cpu_s"],
+                                                          strict=True)),
+                    str(w["events_per_s"]),
+                    f"{w['share_of_capture']:.0%} (target 10 %)", str(w["bytes_per_event"])]])
+
+
 def _windows_md(results: Any) -> list[str]:
     return _table(["recorder attached for whole 6 s windows, one long generation",
                    "decode step slowdown (median, 95 % CI)", "each window", "plain step ms"],
@@ -133,7 +145,7 @@ def _gate_md(results: Any) -> list[str]:
 SECTIONS: dict[str, Callable[[Any], list[str]]] = {
     "query": _query_md, "overhead": _overhead_md, "steps": _steps_md, "memory": _capture_md,
     "server": _capture_md, "capacity": _capacity_md, "encoding": _encoding_md,
-    "writer": _writer_md, "windows": _windows_md, "one-trap": _one_trap_md,
+    "writer": _writer_md, "write": _write_md, "windows": _windows_md, "one-trap": _one_trap_md,
     "calibrate": _calibrate_md, "gate": _gate_md,
 }
 """Each benchmark's table(s), in the page's order."""

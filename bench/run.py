@@ -30,6 +30,9 @@ encoding  packets/s and bytes per op writing a real recording's trace, against a
 writer  the streamed writer's CPU per event (what `record --stream` spends beside the target):
         a real recording (Gemma-3-270M, 320 tokens, 2 threads) fed to the writer as 100 ms
         drains would bring it, in the recorder's process, timed by process CPU time.
+write   record's after-run write (spilled records read back, modelled, laid out, encoded,
+        deflated, written) against the capture's duration: a tiny-llama recording (2 threads)
+        tiled in time to 10 s of capture at a busy server's 300 k events/s.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
         Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
         on Gemma-3-270M; and the `roofline` verdicts of Gemma-3-270M's decode matmuls recorded
@@ -43,6 +46,7 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
@@ -57,9 +61,10 @@ from profinfer_perfetto.capture.events import SCHED, Kind
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
 from profinfer_perfetto.capture.selection import Selection
+from profinfer_perfetto.capture.spill import Spill, spill_path
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
-from profinfer_perfetto.encode.stream import TraceStream
+from profinfer_perfetto.encode.stream import TraceStream, write_trace
 from profinfer_perfetto.machine.peaks import Peak, PeakKind, compute_peaks, memory_peak
 from profinfer_perfetto.model.agreement import agreement
 from profinfer_perfetto.model.layout import Layout, build_layout
@@ -557,6 +562,43 @@ def bench_writer(tokens: int = 320, rounds: int = 3) -> dict[str, Any]:
             "bytes_per_event": round(out.stat().st_size / events, 2)}
 
 
+SERVER_RATE = 300_000
+"""Events per second of a busy llama-server capture (the server benchmark: 250-320 k)."""
+
+
+def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
+    """The after-run write of record's default (the records spilled during the run, the trace
+    written from them once it ends) against the capture's duration: a real recording
+    (tiny-llama, 256 tokens, 2 threads) tiled in time to `seconds` of capture at SERVER_RATE,
+    its 100 ms drains spilled to disk (a temporary folder), then read back and written as the
+    trace (wall time, best round; the process's CPU time beside it)."""
+    request = RecordRequest(command=completion("tiny-llama", 256, 2))
+    rec = record(request, plan(request))
+    per_copy = np.count_nonzero(rec.events["kind"] == Kind.OP_BEGIN) / len(rec.events)
+    rec = tiled(rec, int(seconds * SERVER_RATE * per_copy))
+    wall, cpu = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "write.pftrace"
+        spill = Spill(spill_path(out), len(rec.run.counters))
+        for drained in _drains(rec):
+            spill(drained, rec.run)
+        spill.finish()
+        for _ in range(rounds):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            write_trace(out, spill.drains(), rec)
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - cpu_start)
+        size = out.stat().st_size
+        spill.remove()
+    events = len(rec.events)
+    capture_s = events / SERVER_RATE
+    return {"events": events, "capture_s_at_server_rate": round(capture_s, 2),
+            "write_s": [round(w, 2) for w in wall], "cpu_s": [round(c, 2) for c in cpu],
+            "events_per_s": round(events / min(wall)),
+            "share_of_capture": round(min(wall) / capture_s, 3),
+            "bytes_per_event": round(size / events, 2)}
+
+
 def bench_encoding(rounds: int = 5) -> dict[str, Any]:
     """write_perfetto against a naive per-event writer on one layout, in turns; the best round
     of each (wall time: ours renders and deflates chunks on the cores it has)."""
@@ -653,6 +695,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "capacity": bench_capacity,
     "encoding": bench_encoding,
     "writer": bench_writer,
+    "write": bench_write,
     "query": bench_query,
     "gate": lambda: bench_gate(completion),
     "calibrate": bench_calibrate,

@@ -5,7 +5,8 @@
 #      GPU, qemu and what scripts/guest.sh builds its emulated machines with (it builds and
 #      caches them when first asked)
 #   2. what BCC needs at run time: the headers link for the running kernel, tracefs
-#   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in
+#   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in; the
+#      trace encoder's compiled renderer (a C file, built with cc)
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared, static and BLAS builds, and an
 #      older version's shared build for the version matrix, and three more shared builds of the
 #      current version: for arm64 (cross-compiled, plain and with BTI/PAC) and made with clang
@@ -57,6 +58,14 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
+
+# 3b. The trace encoder's compiled renderer (encode/render.c, loaded by encode/native.py; numpy
+#     renders the same bytes where it is absent), built again when the C file changes.
+renderer=profinfer_perfetto/encode/_render.so
+if [ ! -f "$renderer" ] || [ profinfer_perfetto/encode/render.c -nt "$renderer" ]; then
+    log "building $renderer"
+    cc -O2 -shared -fPIC -o "$renderer" profinfer_perfetto/encode/render.c
+fi
 
 eval "$(.venv/bin/python scripts/assets.py)"
 

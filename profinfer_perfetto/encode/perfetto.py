@@ -24,7 +24,8 @@ deflated, and each sequence's packets side by side for deflate.
 What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event; an event's
 fields other than its counters and flows (type, track, name, args, description) rendered once
 per distinct set of them (`_bodies`: an op's on every token step) and copied from there; a
-field that few rows have costs only on those rows (`Pieces`).
+field that few rows have costs only on those rows (`Pieces`); the packets rendered by
+render.c where scripts/setup.sh built it (encode/native.py; the same bytes as numpy's).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import IO
 
 import numpy as np
 
+from profinfer_perfetto.encode import native
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 from profinfer_perfetto.encode.deflate import compress
 from profinfer_perfetto.encode.sched import sched_packets
@@ -101,8 +103,10 @@ class _Interned:
     def add(self, layout: Layout) -> None:
         """What the layout adds to its tables."""
         self.event_names = layout.strings
-        for args in layout.arg_sets[len(self.blobs):]:
-            self.blobs.append(b"".join(self.annotation(k, v) for k, v in args))
+        known = self.annotations
+        for args in layout.arg_sets[len(self.blobs):]:  # a loop per arg, kept lean
+            self.blobs.append(b"".join([known.get((k, type(v), v)) or self.annotation(k, v)
+                                        for k, v in args]))
 
     def annotation(self, key: str, value: ArgValue) -> bytes:
         """A debug annotation field; one `key: value` pair is serialized once."""
@@ -273,8 +277,8 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
     uuids = np.array([t.uuid for t in layout.tracks], np.int64)
     events = _Events(layout, sequences, uuids, interned.blobs, counter_iids, descs)
     for start in range(0, len(layout), CHUNK_ROWS):
-        rendered, _ = events.pieces(start, min(start + CHUNK_ROWS, len(layout))).render()
-        out.write(field(_PACKET, field(_COMPRESSED, compress(rendered.tobytes()))))
+        rendered = events.rendered(start, min(start + CHUNK_ROWS, len(layout)))
+        out.write(field(_PACKET, field(_COMPRESSED, compress(rendered))))
     count = len(new) + len(heads) + len(layout)
     if layout.sched is not None:
         opening = not written.sched_sequence
@@ -360,38 +364,61 @@ class _Events:
                       _flow_table(layout.flows[:, 0], layout.flows[:, 2], _TERMINATING_FLOW_ID,
                                   len(layout))]
 
-    def pieces(self, a: int, b: int) -> Pieces:
-        """The packets of rows a to b, to render: each sequence's packets together, in time
-        order (as Perfetto's tracing service writes a sequence's packets in chunks): a
-        sequence's packets are much alike, so deflate finds more in a row of them than among
-        the threads' packets in time order."""
+    def rendered(self, a: int, b: int) -> bytes:
+        """The packets of rows a to b, by the compiled renderer where this install has one, else
+        by numpy (the same bytes)."""
+        renderer = native.RENDERER
+        if renderer is None:
+            return self.pieces(a, b).render()[0].tobytes()
+        f = self.fields(a, b)
+        tables = [(self.seq_head, self.seq[f.rows]), (self.body, f.rows), (self.flows[0], f.rows),
+                  (self.flows[1], f.rows)]
+        return renderer.packets(
+            _TAGS, self.delta[f.rows], [(t[0], t[1][k], t[2][k]) for t, k in tables],
+            self.counter_prefix, f.count, f.is_counter, self.layout.value[f.rows], f.track,
+            f.sampled, f.sample)
+
+    def fields(self, a: int, b: int) -> _Fields:
+        """What the packets of rows a to b hold beside the tables' bytes, in writing order: each
+        sequence's packets together, in time order (as Perfetto's tracing service writes a
+        sequence's packets in chunks): a sequence's packets are much alike, so deflate finds
+        more in a row of them than among the threads' packets in time order."""
         lay = self.layout
         rows = a + _stable_order(self.seq[a:b])
-        p = Pieces(b - a)
-        _add(p, self.body, rows)
-        has_args = lay.args[rows] >= 0
-        for c, prefix in enumerate(self.counter_prefix):
-            delta = lay.counter_delta[rows, c]
-            at = np.flatnonzero(has_args & (delta >= 0))
-            p.varint(_ANNOTATION, len(prefix) + varint_sizes(delta[at]), at)
-            p.constant(prefix, at)
-            p.varint(b"", delta[at], at)
-        at = np.flatnonzero(lay.type[rows] == EventType.COUNTER)
-        p.fixed64(_DOUBLE_COUNTER, lay.value[rows[at]], at)
-        for flows in self.flows:
-            _add(p, flows, rows)
+        has_args = (lay.args[rows] >= 0)[:, None]
+        delta = lay.counter_delta[rows]
         # trace_processor reads an event's extra counter values up to the first 0, so a 0 is
         # not written; nor is a value its track already holds. An event that leaves out one of
         # its default tracks' values names the tracks of the others.
         track = lay.counter_track[rows]
-        written = self.sampled[rows]
-        named = ((track >= 0) & ~written).any(1)
-        for c in range(track.shape[1]):
-            at = np.flatnonzero(named & written[:, c])
-            p.varint(_EXTRA_TRACK, self.uuid_of[track[at, c]], at)
-        for c in range(track.shape[1]):
-            at = np.flatnonzero(written[:, c])
-            p.varint(_EXTRA_VALUE, lay.counter_value[rows[at], c], at)
+        sampled = self.sampled[rows]
+        named = ((track >= 0) & ~sampled).any(1)[:, None] & sampled
+        return _Fields(rows, np.where(has_args & (delta >= 0), delta, -1),
+                       lay.type[rows] == EventType.COUNTER,
+                       np.where(named, self.uuid_of[np.maximum(track, 0)], -1), sampled,
+                       lay.counter_value[rows])
+
+    def pieces(self, a: int, b: int) -> Pieces:
+        """The packets of rows a to b, to render with numpy (`fields` says in which order)."""
+        f = self.fields(a, b)
+        rows = f.rows
+        p = Pieces(len(rows))
+        _add(p, self.body, rows)
+        for c, prefix in enumerate(self.counter_prefix):
+            at = np.flatnonzero(f.count[:, c] >= 0)
+            p.varint(_ANNOTATION, len(prefix) + varint_sizes(f.count[at, c]), at)
+            p.constant(prefix, at)
+            p.varint(b"", f.count[at, c], at)
+        at = np.flatnonzero(f.is_counter)
+        p.fixed64(_DOUBLE_COUNTER, self.layout.value[rows[at]], at)
+        for flows in self.flows:
+            _add(p, flows, rows)
+        for c in range(f.track.shape[1]):
+            at = np.flatnonzero(f.track[:, c] >= 0)
+            p.varint(_EXTRA_TRACK, f.track[at, c], at)
+        for c in range(f.track.shape[1]):
+            at = np.flatnonzero(f.sampled[:, c])
+            p.varint(_EXTRA_VALUE, f.sample[at, c], at)
         # The packet around the event, each piece put in front of the last: it reads Trace.packet
         # tag and packet size, timestamp, sequence id and flags, TrackEvent tag and size, the
         # event.
@@ -400,6 +427,24 @@ class _Events:
         p.varint(_TIMESTAMP, self.delta[rows], front=True)
         p.varint(_PACKET, p.sizes(), front=True)
         return p
+
+
+@dataclass
+class _Fields:
+    """What a range of rows' packets hold beside the tables' bytes, a row each."""
+
+    rows: np.ndarray
+    """The rows, in writing order."""
+    count: np.ndarray
+    """(rows, counters): each counter's count arg, -1 for none."""
+    is_counter: np.ndarray
+    """A counter event (with a double value)."""
+    track: np.ndarray
+    """(rows, counters): the uuid of each extra counter track named, -1 for none."""
+    sampled: np.ndarray
+    """(rows, counters): which extra counter values are written."""
+    sample: np.ndarray
+    """(rows, counters): the values."""
 
 
 def _add(p: Pieces, table: _Bytes, keys: np.ndarray, front: bool = False) -> None:
@@ -462,9 +507,13 @@ def _combined(keys: tuple[np.ndarray, ...]) -> np.ndarray:
 
 
 def _stable_order(key: np.ndarray) -> np.ndarray:
-    """Row numbers sorted by a non-negative int key, each key's rows in row order: one sort of
-    key and row number packed into an int64 where they fit (a few times faster than a stable
-    argsort)."""
+    """Row numbers sorted by a non-negative int key, each key's rows in row order: numpy's
+    radix sort where the keys fit in 16 bits (a sequence, a track), else one sort of key and
+    row number packed into an int64 where they fit (a few times faster than a stable argsort
+    of int64 keys)."""
+    if len(key) and int(key.max()) < 1 << 16:
+        order: np.ndarray = np.argsort(key.astype(np.uint16), kind="stable")
+        return order
     bits = max(len(key) - 1, 1).bit_length()
     if len(key) and int(key.max()).bit_length() + bits > 62:
         return np.argsort(key, kind="stable")
@@ -519,3 +568,6 @@ _FLOW_ID = tag(pb.TrackEvent, "flow_ids")
 _TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids")
 _EXTRA_TRACK = tag(pb.TrackEvent, "extra_counter_track_uuids")
 _EXTRA_VALUE = tag(pb.TrackEvent, "extra_counter_values")
+_TAGS = [_PACKET, _TIMESTAMP, _TRACK_EVENT, _ANNOTATION, _DOUBLE_COUNTER, _EXTRA_TRACK,
+         _EXTRA_VALUE]
+"""The tags the compiled renderer writes, in render.c's order."""

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from profinfer_perfetto.encode import native
+
 WIRE_VARINT, WIRE_FIXED64, WIRE_BYTES = 0, 1, 2
 
 
@@ -133,12 +135,17 @@ class Pieces:
         return total
 
     def render(self) -> tuple[np.ndarray, np.ndarray]:
-        """All rows' bytes back to back, and where each row ends."""
+        """All rows' bytes back to back, and where each row ends (with the compiled renderer
+        where this install has one: the same bytes)."""
         size = self.sizes()
         row_end = np.cumsum(size)
         out = np.empty(int(row_end[-1]) if self.rows else 0, np.uint8)
         free = row_end - size  # where each row's next piece goes
+        renderer = native.RENDERER
         for source, at, start, length in self._pieces:
+            if renderer is not None:
+                renderer.piece(out, free, source, at, start, length)
+                continue
             if at is None:
                 dest = free.copy()
                 free += length

@@ -483,8 +483,10 @@ def _device_ops(device: np.ndarray, graphs: Spans, nodes: Nodes) -> Spans | None
 def _host_calls(events: np.ndarray, end_ns: int) -> Spans:
     """A GPU backend's host calls, each call's begin paired with its next return of the same
     call on its thread (calls nest: a copy may submit), in time order."""
-    calls = [_spans(events[events["aux"] == c], Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END,
-                    end_ns) for c in HostCall]
+    kind = events["kind"]
+    host = events[(kind == Kind.HOST_CALL_BEGIN) | (kind == Kind.HOST_CALL_END)]  # few or none
+    calls = [_spans(host[host["aux"] == c], Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END, end_ns)
+             for c in HostCall]
     merged = {f: np.concatenate([getattr(c, f) for c in calls]) for f in vars(calls[0])}
     order = np.argsort(merged["begin"], kind="stable")
     return Spans(**{f: v[order] for f, v in merged.items()})

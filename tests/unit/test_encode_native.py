@@ -1,0 +1,100 @@
+"""The compiled renderer (encode/render.c) writes the same bytes as the numpy one (a piece at a
+time, and whole packets), and the encoder falls back to numpy where the library is absent."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profinfer_perfetto.encode import native, perfetto
+from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.encode.wire import Pieces
+from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.trace_model import build
+from tests import synthetic
+
+SOURCE = Path(native.__file__).with_name("render.c")
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory: pytest.TempPathFactory) -> native.Renderer:
+    """render.c built as scripts/setup.sh builds it, in a folder of the test's own."""
+    library = tmp_path_factory.mktemp("native") / "_render.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(SOURCE)],
+                   check=True)
+    loaded = native.load(library)
+    assert loaded is not None
+    return loaded
+
+
+def _trace() -> bytes:
+    out = io.BytesIO()
+    write_perfetto(build_layout(build(synthetic.recording())), out)
+    return out.getvalue()
+
+
+def _pieces() -> Pieces:
+    """Rows with pieces on all of them, on some, of one length for all, and long blobs."""
+    rng = np.random.default_rng(1)
+    rows = 300
+    p = Pieces(rows)
+    p.varint(b"\x08", rng.integers(0, 2**40, rows))
+    some = np.flatnonzero(rng.random(rows) < 0.4)
+    p.varint(b"\x10", rng.integers(-5, 5, len(some)), some)
+    p.constant(b"abc", some[::2], front=True)
+    blobs = rng.integers(0, 256, 5000).astype(np.uint8)
+    size = rng.integers(0, 60, rows)
+    p.add(blobs, rng.integers(0, 5000 - 60, rows), size)
+    return p
+
+
+@pytest.mark.parametrize("chunk_rows", [perfetto.CHUNK_ROWS, 3])
+def test_both_renderers_write_the_same_trace(renderer: native.Renderer, chunk_rows: int,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(perfetto, "CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(native, "RENDERER", None)
+    by_numpy, pieces_by_numpy = _trace(), _pieces().render()
+    monkeypatch.setattr(native, "RENDERER", renderer)
+    compiled, pieces_compiled = _trace(), _pieces().render()
+    assert compiled == by_numpy
+    for a, b in zip(pieces_compiled, pieces_by_numpy, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_a_missing_or_other_library_leaves_numpy_to_render(tmp_path: Path) -> None:
+    assert native.load(tmp_path / "_render.so") is None
+    (tmp_path / "not-a-library.so").write_bytes(b"not an ELF file")
+    assert native.load(tmp_path / "not-a-library.so") is None
+    older = tmp_path / "older.c"  # a render.c of another version, not rebuilt since
+    older.write_text(SOURCE.read_text().replace(f"return {native.ABI};", "return 0;"))
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "older.so"), str(older)],
+                   check=True)
+    assert native.load(tmp_path / "older.so") is None
+
+
+def test_a_piece_past_its_source_is_refused(renderer: native.Renderer) -> None:
+    out, free = np.zeros(8, np.uint8), np.zeros(2, np.int64)
+    with pytest.raises(AssertionError):
+        renderer.piece(out, free, np.arange(4, dtype=np.uint8), None,
+                       np.array([0, 2]), np.array([2, 3]))
+    with pytest.raises(AssertionError):
+        renderer.piece(out, np.array([0, 7]), np.arange(4, dtype=np.uint8), None,
+                       np.array([0, 0]), np.array([2, 2]))
+
+
+def test_a_packet_range_past_its_source_is_refused(renderer: native.Renderer) -> None:
+    one = np.zeros(1, np.int64)
+    good = (np.zeros(4, np.uint8), one, one + 4)
+    bad = (np.zeros(4, np.uint8), one + 1, one + 4)
+    for ranges in ([good, good, good, bad], [bad, good, good, good]):
+        with pytest.raises(AssertionError):
+            renderer.packets([b"\n"] * 7, one, ranges, [], np.zeros((1, 0), np.int64),
+                             np.zeros(1, bool), np.zeros(1), np.zeros((1, 0), np.int64),
+                             np.zeros((1, 0), bool), np.zeros((1, 0), np.int64))
+    assert renderer.packets([b"\n"] * 7, one, [good] * 4, [], np.zeros((1, 0), np.int64),
+                            np.zeros(1, bool), np.zeros(1), np.zeros((1, 0), np.int64),
+                            np.zeros((1, 0), bool), np.zeros((1, 0), np.int64))
