@@ -503,8 +503,20 @@ static __always_inline void new_graph(void) {
     u64 none = 0;
     routed.update(&tid, &none);
 }
+
+// A node's routing, if its op routes tokens to experts (described so) and the model has any.
+static __always_inline void route_node(u64 ts, const void *node) {
+    int zero = 0;
+    u64 *routing = routing_seen.lookup(&zero);
+    if (!routing || !*routing)
+        return;
+    u64 key = (u64)node;
+    struct seen *seen = described_as.lookup(&key);
+    if (seen && seen->routes)
+        route(ts, node);
+}
 #else
-static __always_inline void route(u64 ts, const u8 *tensor) {}
+static __always_inline void route_node(u64 ts, const void *node) {}
 static __always_inline void new_graph(void) {}
 #endif
 
@@ -550,18 +562,10 @@ static __always_inline int begin_op(const void *params, const void *first, const
     e->aux = ith_nth[1];
     u64 ts = e->ts;
     submit(e);
-#if OP_MUL_MAT_ID >= 0
     // A node's descriptor was sent at its graph's begin; its routing (its ids are computed by
     // now, not then) is read here, once, by the thread with ith == 0.
-    int zero = 0;
-    u64 *routing = routing_seen.lookup(&zero);
-    if (ith_nth[0] == 0 && routing && *routing) {
-        u64 key = (u64)first;
-        struct seen *seen = described_as.lookup(&key);
-        if (seen && seen->routes)
-            route(ts, first);
-    }
-#endif
+    if (ith_nth[0] == 0)
+        route_node(ts, first);
     return 0;
 }
 
@@ -635,6 +639,7 @@ int inner_wait_end(struct pt_regs *ctx) {
 }
 
 BPF_HASH(graph_of, u32, u64, MAX_THREADS);  // by process: the graph of its latest graph_begin
+BPF_HASH(graph_caller, u32, u32, MAX_THREADS);  // by process: the thread that called it
 
 // ggml_op_is_empty: the ops the graph loop skips.
 static __always_inline int empty_op(u32 op) {
@@ -683,9 +688,18 @@ static __always_inline int at_barrier_node(s64 index, const u8 *cgraph, u64 last
     struct event *e = begin_event(EV_BARRIER);
     if (!e)
         return 0;
-    e->arg0 = finished_node(cgraph, index, last);
+    u64 node = finished_node(cgraph, index, last);
+    e->arg0 = node;
     e->arg1 = last;
+    u64 ts = e->ts;
     submit(e);
+    // A node's routing, read once, by the thread that computes the graph (ith 0), as the op
+    // begin does in the exact mode: its ids are still there, as no later node has run yet.
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32;
+    u32 *caller = graph_caller.lookup(&tgid);
+    if (node && caller && *caller == (u32)pid_tgid)
+        route_node(ts, (const void *)node);
     return 0;
 }
 
@@ -796,7 +810,9 @@ int graph_begin(struct pt_regs *ctx) {
     const u8 *cgraph = (const u8 *)PT_REGS_PARM1(ctx);
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u64 graph = (u64)cgraph;
+    u32 caller = (u32)bpf_get_current_pid_tgid();
     graph_of.update(&tgid, &graph);
+    graph_caller.update(&tgid, &caller);
     struct event *e = begin_event(EV_GRAPH_BEGIN);
     if (!e)
         return 0;

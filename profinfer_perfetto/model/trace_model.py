@@ -131,14 +131,16 @@ class Routing:
 
 def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops, moe_ops: set[int]
              ) -> dict[int, Routing]:
-    """Routing records joined to the nodes whose calling thread's op began at their ts; a
+    """Routing records joined to the nodes whose calling thread's op began (or, with one trap
+    per op, its work ended: the probe reads the ids at its barrier) at their ts; a
     Mixture-of-Experts node the probe did not read (its ids tensor, src[2], was read for an
     earlier node of the graph: a layer's gate, up and down share one) shares that one's."""
     if len(routes) == 0:
         return {}
     main = ops.ith == 0
     at = {(int(ts), int(nodes.raw[n]["ptr"])): int(n)
-          for ts, n in zip(ops.begin[main].tolist(), ops.node[main].tolist(), strict=True)}
+          for times in (ops.begin[main], ops.work_end[main])
+          for ts, n in zip(times.tolist(), ops.node[main].tolist(), strict=True)}
     chunks: dict[int, list[np.ndarray]] = {}
     shape: dict[int, tuple[int, int]] = {}
     for r in routes[np.argsort(routes["first_token"], kind="stable")]:
