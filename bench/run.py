@@ -459,21 +459,25 @@ def bench_one_trap(tokens: int = 128) -> dict[str, Any]:
 
 AFTER_SAMPLE = 30
 """Steps after a sampled one that its probes' removal can still slow down."""
+STEP_MODES = {"default": [], "floor": ["--floor"], "exact": ["--exact"],
+              "exact floor": ["--exact", "--floor"]}
 
 
 def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
     """What tracing a decode step costs, measured inside one run: with `--sample N --detach`
-    the op probes are attached only around every N-th step, so each traced step is compared
-    with the median of the `window` untouched steps just before it (the probes come one step
-    ahead). A sample's whole cost is the extra time of the steps from the one before it to
-    AFTER_SAMPLE after it (attaching, tracing, removing the probes), in untraced steps; over
-    N steps that is the slowdown of `--sample N --detach`."""
+    the op probes are attached only around every N-th step (steps N, 2N, ...), so each traced
+    step is compared with the median of the `window` untouched steps just before it (the probes
+    come one step ahead). A sample's whole cost is the extra time of the steps from the one
+    before it to AFTER_SAMPLE after it (attaching, tracing, removing the probes), in untraced
+    steps; over N steps that is the slowdown of `--sample N --detach`. Per STEP_MODES: the
+    default (one trap per op) and --exact (two), each beside its floor (the same probe sites,
+    programs that return at once: the traps alone)."""
     import sys
 
     results: dict[str, Any] = {}
-    for model, tokens in (("gemma-3-270m", 1024), ("medium-llama", 640), ("medium-qwen3moe", 640)):
+    for model, tokens in (("gemma-3-270m", 1024), ("medium-llama", 640)):
         for threads in (1, 2):
-            for mode, options in (("full", []), ("no barriers", ["--no-barriers"])):
+            for mode, options in STEP_MODES.items():
                 out = CACHE / "steps.pftrace"
                 cmd = completion(model, tokens, threads, "--ignore-eos")
                 subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
@@ -482,9 +486,8 @@ def bench_traced_steps(every: int = 64, window: int = 16) -> dict[str, Any]:
                 with TraceQuery(out, EngineChoice("builtin")) as q:
                     steps = dict(q.sql("select step, dur from profinfer_step "
                                        "where phase = 'decode'").rows)
-                    traced = [r[0] for r in q.sql("select distinct step from profinfer_op "
-                                                  "where phase = 'decode'").rows]
                     costs = q.recording_args()
+                traced = [k for k in steps if k % every == 0]
                 slowdown, sample_cost = [], []
                 for k in traced:
                     before = [steps[j] for j in range(k - window - 1, k - 1) if j in steps]
