@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,12 @@ SESSION_DIR = Path(tempfile.mkdtemp(prefix="profinfer-tests-"))
 it): roofs at an absent $PROFINFER_PEAKS and an empty cache, so that a `calibrate` run on this
 machine puts no `peak` instants into the traces the tests record. ($PROFINFER_CACHE, the
 llama.cpp builds and models, stays.)"""
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # A suite started from a script's background job (`cmd &`: SIGINT ignored) or under nohup:
+    # every recorder the tests start would inherit the ignored SIGINT and keep it (signals.py),
+    # and the tests stop recorders with SIGINT. The session takes it back (its children get the
+    # default, as from a terminal).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ["PROFINFER_PEAKS"] = str(SESSION_DIR / "peaks.json")
 os.environ["XDG_CACHE_HOME"] = str(SESSION_DIR / "cache")
 atexit.register(shutil.rmtree, SESSION_DIR, ignore_errors=True)
