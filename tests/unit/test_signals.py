@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,18 @@ import pytest
 from profinfer_perfetto import signals
 from profinfer_perfetto.capture.recorder import _launch_paused
 from tests.unit.test_open import finished, free_port, serving
+
+
+@pytest.fixture(autouse=True)
+def _not_ignored() -> Iterator[None]:
+    """Each signal with its default disposition for the test, whatever the suite was started
+    with (under nohup SIGHUP is ignored, and an ignored signal stays ignored by design)."""
+    ignored = [sig for sig in signals.SIGNALS if signal.getsignal(sig) == signal.SIG_IGN]
+    for sig in ignored:
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    yield
+    for sig in ignored:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _to_self(sig: int) -> None:
