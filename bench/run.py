@@ -57,7 +57,7 @@ import numpy as np
 
 from bench.gate import bench_gate
 from bench.report import markdown
-from profinfer_perfetto.capture.events import SCHED, Kind
+from profinfer_perfetto.capture.events import SCHED
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
 from profinfer_perfetto.capture.selection import Selection
@@ -94,10 +94,9 @@ def medium_recording(tokens: int = 64, threads: int = 2) -> Recording:
     return record(request, plan(request))
 
 
-def tiled(rec: Recording, op_events: int) -> Recording:
-    """The recording repeated back to back until it holds `op_events` op begins."""
-    per_copy = int(np.count_nonzero(rec.events["kind"] == Kind.OP_BEGIN))
-    copies = -(-op_events // per_copy)
+def tiled(rec: Recording, records: int) -> Recording:
+    """The recording repeated back to back until it holds `records` records."""
+    copies = -(-records // len(rec.events))
     span = int(rec.run.end_ns - rec.run.begin_ns)
     events, nodes = [], []
     for k in range(copies):
@@ -115,7 +114,8 @@ def million_op_trace() -> Path:
     path = CACHE / "ops-1m.pftrace"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        model = build(tiled(medium_recording(), MILLION))
+        rec = medium_recording()
+        model = build(tiled(rec, MILLION * len(rec.events) // len(build(rec).ops)))
         with atomic_output(path) as out:
             write_perfetto(build_layout(model), out)
     return path
@@ -577,8 +577,7 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
     trace (wall time, best round; the process's CPU time beside it)."""
     request = RecordRequest(command=completion("tiny-llama", 256, 2))
     rec = record(request, plan(request))
-    per_copy = np.count_nonzero(rec.events["kind"] == Kind.OP_BEGIN) / len(rec.events)
-    rec = tiled(rec, int(seconds * SERVER_RATE * per_copy))
+    rec = tiled(rec, int(seconds * SERVER_RATE))
     wall, cpu = [], []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "write.pftrace"
