@@ -627,6 +627,11 @@ int barrier_enter(struct pt_regs *ctx) {
     return at_barrier(EV_BARRIER);
 }
 
+// The graph loop's function entered (one trap per op): the thread's share of a graph begins.
+int loop_enter(struct pt_regs *ctx) {
+    return at_barrier(EV_LOOP_ENTER);
+}
+
 // A call of ggml_barrier inside an op's own function, and the instruction it returns to: the
 // thread's wait for the others within the op (not attached with --aggregate, which counts it
 // as the op's work).

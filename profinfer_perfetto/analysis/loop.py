@@ -160,7 +160,8 @@ def _returns_after(code: _Code, k: int) -> bool:
     return False
 
 
-def _function(elf: ElfFile, address: int) -> tuple[int, int] | None:
+def function_at(elf: ElfFile, address: int) -> tuple[int, int] | None:
+    """The (start, end) of the function holding `address`, if a symbol says."""
     ranges = elf.function_ranges
     k = bisect.bisect_right([r[0] for r in ranges], address) - 1
     return ranges[k] if k >= 0 and address < ranges[k][1] else None
@@ -186,7 +187,7 @@ def loop_barriers(elf: ElfFile, arch: Arch, calls: list[int], n_nodes: int
     decoded: dict[tuple[int, int], list[Insn]] = {}
     out: dict[int, LoopBarrier] = {}
     for address in calls:
-        function = _function(elf, address)
+        function = function_at(elf, address)
         if function is None:
             continue
         if function not in decoded:

@@ -25,7 +25,7 @@ from profinfer_perfetto.analysis.code import arch_of, call_sites, inner_calls
 from profinfer_perfetto.analysis.elf import ElfFile
 from profinfer_perfetto.analysis.ggml import GgmlInfo, read_ggml_info
 from profinfer_perfetto.analysis.isa import Flow
-from profinfer_perfetto.analysis.loop import LoopBarrier, loop_barriers
+from profinfer_perfetto.analysis.loop import LoopBarrier, function_at, loop_barriers
 from profinfer_perfetto.errors import ProfinferError
 
 OP_SYMBOL = "ggml_cpu_extra_compute_forward"
@@ -38,6 +38,8 @@ GRAPH_SYMBOL = "ggml_graph_compute"
 ALLOC_SYMBOL = "ggml_gallocr_alloc_graph"
 """Allocates a graph that was (re)built; llama.cpp does not call it for a graph it reuses."""
 BARRIER_SYMBOLS = ("ggml_barrier", "GOMP_barrier")
+LOOP_ENTRY = "loop_enter"
+"""The program on entering the graph loop's function (probes/ggml.bpf.c)."""
 LOADER_SYMBOL = "_dl_debug_state"
 """The dynamic loader's hook for debuggers, called around every change to the objects mapped."""
 BLAS_GRAPH = "ggml_backend_blas_graph_compute"
@@ -374,6 +376,7 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
         fn = "fused_op_begin" if callee == FUSED_SYMBOL else "barrier_enter"
         probes += [_site(op_file, loop[a].fn if a in loop else fn, a, f"call {callee} at {a:#x}")
                    for a in addrs]
+    probes += _loop_entry(op_file, loop)
     if not any(sites[b] for b in BARRIER_SYMBOLS):
         notes.append(
             f"no call of ggml_barrier found in {op_file.path.name}'s graph loop: "
@@ -391,6 +394,18 @@ def plan_probes(objects: list[Path], inner_waits: bool = False) -> ProbePlan:
         notes.append("no llama_decode in the target: no token steps, graphs only")
     return ProbePlan(tuple(probes), ggml, tuple(notes), arch_of(op_file).name,
                      tuple(loop.values()), openmp=bool(sites[BARRIER_SYMBOLS[1]]))
+
+
+def _loop_entry(f: ElfFile, loop: dict[int, LoopBarrier]) -> list[Probe]:
+    """The entry of the function whose barrier calls name their node: each thread enters it
+    once per graph, where its first node's work begins (one trap per op; none where those
+    calls are in more than one function)."""
+    functions = {function_at(f, b.address) for b in loop.values() if b.index}
+    if len(functions) != 1 or (function := functions.pop()) is None:
+        return []
+    start, end = function
+    at = arch_of(f).entry_probe_address(f.read(start, end - start), start)
+    return [_site(f, LOOP_ENTRY, at, f"the graph loop's function at {start:#x}")]
 
 
 def _loop_barriers(f: ElfFile, ggml: GgmlInfo, calls: list[int]) -> dict[int, LoopBarrier]:

@@ -56,6 +56,9 @@ class Kind(IntEnum):
     VK_TIMESTAMP = 16
     """A GPU timestamp the Vulkan backend read back after a split (record --gpu-timestamps):
     `arg0` the device's value (ticks), `aux` its query's index, `arg1` how many it read."""
+    LOOP_ENTER = 17
+    """A thread enters the graph loop's function (one trap per op: where its first node's work
+    begins; the thread pool's wake-up is before it)."""
 
 
 class Backend(IntEnum):

@@ -25,7 +25,7 @@ from profinfer_perfetto.analysis import target
 from profinfer_perfetto.analysis.code import require_host
 from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.analysis.loop import BARRIER_NODE_PREFIX
-from profinfer_perfetto.analysis.target import Probe, ProbePlan
+from profinfer_perfetto.analysis.target import LOOP_ENTRY, Probe, ProbePlan
 from profinfer_perfetto.capture import process
 from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS
 from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
@@ -442,20 +442,21 @@ def _attach(session: ProbeSession, request: RecordRequest, probe_plan: ProbePlan
 
 
 def _op_probe(fn: str) -> bool:
-    return fn in OP_PROBES or fn.startswith(BARRIER_NODE_PREFIX)
+    return fn in OP_PROBES or fn == LOOP_ENTRY or fn.startswith(BARRIER_NODE_PREFIX)
 
 
 def _probes(request: RecordRequest, probe_plan: ProbePlan) -> tuple[Probe, ...]:
     """The plan's probes that the request keeps: no barriers with --no-barriers, the waits
     inside ops only with --inner-waits; of the op probes only the barrier calls whose node is
-    known, unless the run is exact (exact_because)."""
+    known and the graph loop's entry, unless the run is exact (exact_because)."""
     selection = request.selection
     one_trap = exact_because(request, probe_plan) is None
     return tuple(p for p in probe_plan.probes
                  if (selection.barriers or not (p.fn in BARRIER_PROBES
                                                 or p.fn.startswith(BARRIER_NODE_PREFIX)))
                  and (selection.inner_waits or p.fn not in INNER_WAIT_PROBES)
-                 and not (one_trap and p.fn in OP_PROBES))
+                 and not (one_trap and p.fn in OP_PROBES)
+                 and (one_trap or p.fn != LOOP_ENTRY))
 
 
 def traps_per_op(request: RecordRequest, probe_plan: ProbePlan) -> str:

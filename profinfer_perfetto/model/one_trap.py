@@ -8,7 +8,9 @@ thread has just finished (a BARRIER's arg0; 0: not known). Per graph computation
 - the barrier's release r(n) is the last arrival there over the graph's threads (the threads
   leave it a wake-up later, which this ignores): the end of every thread's op on n;
 - a thread's op on n begins at the release before it (the node before's; the first node's at
-  the graph's begin), so the wake-up and the loop's own steps count as its work.
+  the graph's begin), so the wake-up and the loop's own steps count as its work; but not before
+  the thread entered the loop's function for the graph (a LOOP_ENTER, where the build has one):
+  the thread pool's kick-off and wake-up before the first node are no op's.
 
 The derivation places an op begin there for each (thread, node), then the model pairs op begins
 and barriers as for a recording that has them (trace_model._ops).
@@ -54,7 +56,7 @@ def with_op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.nda
     begins = arrival.copy()
     fused = first[group] != 0
     begins["kind"] = Kind.OP_BEGIN
-    begins["ts"] = before[group]
+    begins["ts"] = np.maximum(before[group], _entered(events, graph_of, arrival["tid"], g))
     begins["arg0"] = np.where(fused, first[group], arrival["arg0"])
     begins["arg1"] = np.where(fused, arrival["arg0"], 0)
     begins["ith"], begins["aux"] = ith, nth
@@ -71,6 +73,21 @@ def _arrivals(barriers: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarr
     last[:-1] = ((g[1:] != g[:-1]) | (b["tid"][1:] != b["tid"][:-1])
                  | (b["arg0"][1:] != b["arg0"][:-1]))
     return b[last], g[last]
+
+
+def _entered(events: np.ndarray, graph_of: np.ndarray, tid: np.ndarray, g: np.ndarray
+             ) -> np.ndarray:
+    """Per (thread, graph), the time the thread entered the graph loop's function in the graph
+    (its last entry there; 0: none)."""
+    loops = np.flatnonzero((events["kind"] == Kind.LOOP_ENTER) & (graph_of >= 0))
+    if len(loops) == 0:
+        return np.zeros(len(g), np.uint64)
+    keys = (graph_of[loops].astype(np.uint64) << np.uint64(32)) | events["tid"][loops]
+    order = np.lexsort((events["ts"][loops], keys))
+    keys, ts = keys[order], events["ts"][loops][order]
+    wanted = (g.astype(np.uint64) << np.uint64(32)) | tid.astype(np.uint64)
+    at = np.maximum(np.searchsorted(keys, wanted, side="right") - 1, 0)
+    return np.where(keys[at] == wanted, ts[at], 0).astype(np.uint64)
 
 
 def _releases(arrival: np.ndarray, g: np.ndarray, graph_begin: np.ndarray

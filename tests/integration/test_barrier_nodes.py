@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from profinfer_perfetto.analysis.elf import ElfFile
 from profinfer_perfetto.capture.events import Kind
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record, traps_per_op
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.capture.selection import Selection
+from tests.integration.bpftrace_count import BpftraceCount
 from tests.integration.test_record import completion
 
 pytestmark = pytest.mark.root
@@ -82,3 +84,27 @@ def test_one_trap_sees_through_the_barriers_the_ops_of_the_exact_mode(
     assert traps_per_op(request, one_plan) in one.run.notes
     assert "traps per op and thread: 2 (op begin and barrier: --exact)" in exact.run.notes
     assert _named_ops(one) == _named_ops(exact) != Counter()
+
+
+def test_each_thread_enters_the_graph_loop_once_per_graph_as_bpftrace_counts(
+        llama: Callable[..., Path], model: Callable[[str], Path]) -> None:
+    """By default a thread's first node begins where it enters the graph loop's function, found
+    as the function of the barrier calls that name their node: bpftrace, by the function's name,
+    counts as many entries, and each thread's barriers that name a node lie between an entry and
+    the barrier after the loop."""
+    lib = llama("llama-completion").parent / "libggml-cpu.so"
+    name = next(n for n in ElfFile(lib).symbols if n.startswith("ggml_graph_compute_thread"))
+    bpftrace = BpftraceCount(lib, {"loops": name})
+    request = RecordRequest(command=completion(llama, model("tiny-llama"), 2, n=8))
+    rec = record(request, plan(request))
+    counts = bpftrace.stop(rec.run.pid)
+    assert np.count_nonzero(rec.events["kind"] == Kind.LOOP_ENTER) == counts["loops"] > 0
+    inside: dict[int, bool] = {}
+    for _, tid, kind, arg0, arg1 in _by_time(rec):
+        if kind == Kind.LOOP_ENTER:
+            assert not inside.get(tid), tid
+            inside[tid] = True
+        elif kind == Kind.BARRIER and (arg0 or arg1):
+            assert inside.get(tid), tid
+            inside[tid] = not arg1
+    assert inside and not any(inside.values())

@@ -61,6 +61,19 @@ def test_ops_are_derived_from_the_barrier_arrivals() -> None:
     assert ops.cpu.tolist() == [0, 0, 0, 1, 1, 1]
 
 
+def test_a_thread_s_first_node_begins_where_it_entered_the_loop() -> None:
+    rec = one_trap_recording()
+    entries = [synthetic.event(3_000, Kind.LOOP_ENTER, MAIN),
+               synthetic.event(4_000, Kind.LOOP_ENTER, WORKER),
+               synthetic.event(GRAPH_END + 100, Kind.LOOP_ENTER, WORKER)]  # no graph's
+    events = np.concatenate([rec.events, np.array(entries, rec.events.dtype)])
+    ops = build(replace(rec, events=events)).ops
+    # The first node's ops begin at the thread's entry, the later ones' at their release still.
+    assert list(zip(ops.tid.tolist(), ops.begin.tolist(), strict=True)) == [
+        (MAIN, 3_000), (MAIN, 8_000), (MAIN, 9_900),
+        (WORKER, 4_000), (WORKER, 8_000), (WORKER, 9_900)]
+
+
 def test_an_exact_recording_becomes_its_barriers_named() -> None:
     rec = synthetic.recording()
     assert not is_one_trap(rec.events)
