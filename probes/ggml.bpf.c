@@ -643,8 +643,11 @@ int inner_wait_end(struct pt_regs *ctx) {
     return at_barrier(EV_INNER_WAIT_END);
 }
 
-BPF_HASH(graph_of, u32, u64, MAX_THREADS);  // by process: the graph of its latest graph_begin
-BPF_HASH(graph_caller, u32, u32, MAX_THREADS);  // by process: the thread that called it
+struct graph_call {
+    u64 cgraph;  // the graph of the process's latest graph_begin
+    u32 caller;  // the thread that called it
+};
+BPF_HASH(graph_of, u32, struct graph_call, MAX_THREADS);  // by process
 
 // ggml_op_is_empty: the ops the graph loop skips.
 static __always_inline int empty_op(u32 op) {
@@ -658,8 +661,8 @@ static __always_inline int empty_op(u32 op) {
 static __always_inline u64 finished_node(const u8 *cgraph, s64 index, u64 last) {
     if (!cgraph) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
-        u64 *latest = graph_of.lookup(&tgid);
-        cgraph = latest ? (const u8 *)*latest : 0;
+        struct graph_call *latest = graph_of.lookup(&tgid);
+        cgraph = latest ? (const u8 *)latest->cgraph : 0;
     }
     if (!cgraph || !CGRAPH_NODES)
         return 0;
@@ -702,8 +705,8 @@ static __always_inline int at_barrier_node(s64 index, const u8 *cgraph, u64 last
     // begin does in the exact mode: its ids are still there, as no later node has run yet.
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
-    u32 *caller = graph_caller.lookup(&tgid);
-    if (node && caller && *caller == (u32)pid_tgid)
+    struct graph_call *call = graph_of.lookup(&tgid);
+    if (node && call && call->caller == (u32)pid_tgid)
         route_node(ts, (const void *)node);
     return 0;
 }
@@ -814,10 +817,8 @@ int graph_begin(struct pt_regs *ctx) {
     new_graph();
     const u8 *cgraph = (const u8 *)PT_REGS_PARM1(ctx);
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    u64 graph = (u64)cgraph;
-    u32 caller = (u32)bpf_get_current_pid_tgid();
-    graph_of.update(&tgid, &graph);
-    graph_caller.update(&tgid, &caller);
+    struct graph_call call = {.cgraph = (u64)cgraph, .caller = (u32)bpf_get_current_pid_tgid()};
+    graph_of.update(&tgid, &call);
     struct event *e = begin_event(EV_GRAPH_BEGIN);
     if (!e)
         return 0;
