@@ -464,7 +464,9 @@ def traps_per_op(request: RecordRequest, probe_plan: ProbePlan) -> str:
     where it is not the default's one."""
     because = exact_because(request, probe_plan)
     if because is None:
-        return "traps per op and thread: 1 (the graph loop's barrier calls; --exact: 2)"
+        entry = any(p.fn == LOOP_ENTRY for p in probe_plan.probes)
+        return ("traps per op and thread: 1 (the graph loop's barrier calls; --exact: 2)"
+                + ", and 1 per graph and thread (the loop's entry)" * entry)
     if request.selection.barriers:
         return f"traps per op and thread: 2 (op begin and barrier: {because})"
     return "traps per op and thread: 1 (op begin only: --no-barriers)"

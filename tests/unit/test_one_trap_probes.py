@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 
 from profinfer_perfetto.analysis.loop import LoopBarrier
-from profinfer_perfetto.analysis.target import Probe, ProbePlan
+from profinfer_perfetto.analysis.target import LOOP_ENTRY, Probe, ProbePlan
 from profinfer_perfetto.capture.recorder import RecordRequest, _probes, traps_per_op
 from profinfer_perfetto.capture.selection import Selection
 from tests.synthetic import GGML
 
 INSIDE = LoopBarrier(0x20, "r12", -1, "rax", False)
 AFTER = LoopBarrier(0x10, None, 0, None, True)
-FNS = ("op_begin", "fused_op_begin", "barrier_enter", AFTER.fn, INSIDE.fn, "graph_begin",
-       "graph_end", "decode_begin")
+FNS = ("op_begin", "fused_op_begin", "barrier_enter", AFTER.fn, INSIDE.fn, LOOP_ENTRY,
+       "graph_begin", "graph_end", "decode_begin")
 PLAN = ProbePlan(tuple(Probe(fn, Path("/lib/libggml-cpu.so"), i, fn) for i, fn in enumerate(FNS)),
                  GGML, (), "x86-64", (AFTER, INSIDE))
-ONE_TRAP = {AFTER.fn, INSIDE.fn, "graph_begin", "graph_end", "decode_begin"}
+ONE_TRAP = {AFTER.fn, INSIDE.fn, LOOP_ENTRY, "graph_begin", "graph_end", "decode_begin"}
 
 
 def _request(counters: tuple[str, ...] = ("context-switches",), **options: object
@@ -33,7 +33,9 @@ def _request(counters: tuple[str, ...] = ("context-switches",), **options: objec
 def test_by_default_the_loop_s_barriers_and_no_op_begin() -> None:
     request = _request()
     assert {p.fn for p in _probes(request, PLAN)} == ONE_TRAP
-    assert traps_per_op(request, PLAN).startswith("traps per op and thread: 1 (the graph loop")
+    assert traps_per_op(request, PLAN) == (
+        "traps per op and thread: 1 (the graph loop's barrier calls; --exact: 2), and 1 per "
+        "graph and thread (the loop's entry)")
     # No counter at all is one trap too.
     assert {p.fn for p in _probes(_request(counters=()), PLAN)} == ONE_TRAP
 
