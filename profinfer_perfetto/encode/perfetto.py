@@ -279,6 +279,7 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
     for start in range(0, len(layout), CHUNK_ROWS):
         rendered = events.rendered(start, min(start + CHUNK_ROWS, len(layout)))
         out.write(field(_PACKET, field(_COMPRESSED, compress(rendered))))
+    events.done()
     count = len(new) + len(heads) + len(layout)
     if layout.sched is not None:
         opening = not written.sched_sequence
@@ -326,92 +327,117 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
 
 
 class _Events:
-    """The event packets of a layout, rendered a range of rows at a time."""
+    """The event packets of a layout, rendered a range of rows at a time: by render.c where this
+    install built it (encode/native.py), else by numpy (`_Numpy`: the same bytes)."""
 
     def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray,
                  arg_blobs: list[bytes], counter_iids: list[int], descs: _Bytes) -> None:
         self.layout = layout
         self.seq = sequences.of_track[layout.track]
+        self.used = sequences.used
         size = max(seq.id for seq, _ in sequences.used) + 1
         default = np.full(size, -1, np.int64)
-        last = np.zeros(size, np.int64)
+        self.last = np.zeros(size, np.int64)
+        """Each sequence's last packet time (as the packets rendered so far leave it)."""
         for seq, track in sequences.used:
-            default[seq.id], last[seq.id] = track, seq.last_ts
-        own_track = layout.track != default[self.seq]
+            default[seq.id], self.last[seq.id] = track, seq.last_ts
         self.uuid_of = uuids
-        # Each event's timestamp as the delta from the previous one on its sequence (from the
-        # sequence's last one for the first).
-        order = _stable_order(self.seq)
-        ts = layout.ts[order].astype(np.int64)
-        seq = self.seq[order]
-        first = np.flatnonzero(np.diff(seq, prepend=-1))
-        previous = np.concatenate([[0], ts[:-1]])
-        previous[first] = last[seq[first]]
-        self.delta = np.empty_like(ts)
-        self.delta[order] = ts - previous
-        ends = np.append(first[1:], len(seq))[:len(first)] - 1  # each sequence's last
-        for seq_state, _ in sequences.used:
-            at = np.searchsorted(seq[ends], seq_state.id) if len(seq) else 0
-            if at < len(ends) and seq[ends[at]] == seq_state.id:
-                seq_state.last_ts = int(ts[ends[at]])
+        self.own = np.arange(len(uuids)) != default[sequences.of_track]
+        """By track: not its sequence's default track (its events name it)."""
         # What a packet on a sequence starts with after its timestamp: the sequence id, flags.
         self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)])
-        self.body = _bodies(layout, np.where(own_track, layout.track, -1), uuids,
-                            _arg_table(layout.args, arg_blobs), descs)
-        self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE for iid in counter_iids]
+        self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE
+                               for iid in counter_iids]
         self.sampled = _changes(layout.counter_track, layout.counter_value)
         self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, 1], _FLOW_ID, len(layout)),
                       _flow_table(layout.flows[:, 0], layout.flows[:, 2], _TERMINATING_FLOW_ID,
                                   len(layout))]
+        self.descs = descs
+        renderer = native.RENDERER
+        self._render = (_Numpy(self, arg_blobs).render if renderer is None
+                        else self._compiled(renderer, sequences, arg_blobs).render)
+
+    def _compiled(self, renderer: native.Renderer, sequences: _Sequences,
+                  arg_blobs: list[bytes]) -> native.Events:
+        lay = self.layout
+        compiled = renderer.events(native.Tables(
+            _TAGS, self.counter_prefix, EventType.COUNTER, lay.ts, lay.track, lay.name, lay.args,
+            lay.type, lay.value, self.descs, self.flows[0], self.flows[1],
+            np.where(lay.counter_delta >= 0, lay.counter_delta, -1), lay.counter_track,
+            lay.counter_value, self.sampled, sequences.of_track, self.uuid_of, self.own,
+            self.seq_head, self.last, _table(arg_blobs)))
+        self.last = compiled.last
+        return compiled
 
     def rendered(self, a: int, b: int) -> bytes:
-        """The packets of rows a to b, by the compiled renderer where this install has one, else
-        by numpy (the same bytes)."""
-        renderer = native.RENDERER
-        if renderer is None:
-            return self.pieces(a, b).render()[0].tobytes()
-        f = self.fields(a, b)
-        tables = [(self.seq_head, self.seq[f.rows]), (self.body, f.rows), (self.flows[0], f.rows),
-                  (self.flows[1], f.rows)]
-        return renderer.packets(
-            _TAGS, self.delta[f.rows], [(t[0], t[1][k], t[2][k]) for t, k in tables],
-            self.counter_prefix, f.count, f.is_counter, self.layout.value[f.rows], f.track,
-            f.sampled, f.sample)
+        """The packets of rows a to b, in writing order: each sequence's packets together, in
+        time order (as Perfetto's tracing service writes a sequence's packets in chunks): a
+        sequence's packets are much alike, so deflate finds more in a row of them than among
+        the threads' packets in time order."""
+        return self._render(a + _stable_order(self.seq[a:b]))
 
-    def fields(self, a: int, b: int) -> _Fields:
-        """What the packets of rows a to b hold beside the tables' bytes, in writing order: each
-        sequence's packets together, in time order (as Perfetto's tracing service writes a
-        sequence's packets in chunks): a sequence's packets are much alike, so deflate finds
-        more in a row of them than among the threads' packets in time order."""
-        lay = self.layout
-        rows = a + _stable_order(self.seq[a:b])
+    def done(self) -> None:
+        """Each sequence's last packet time, for the packets of a next part."""
+        for seq, _ in self.used:
+            seq.last_ts = int(self.last[seq.id])
+
+
+class _Numpy:
+    """The event packets of a layout rendered with numpy."""
+
+    def __init__(self, events: _Events, arg_blobs: list[bytes]) -> None:
+        self.events = e = events
+        layout = e.layout
+        # Each event's timestamp as the delta from the previous one on its sequence (from the
+        # sequence's last one for the first).
+        order = _stable_order(e.seq)
+        ts = layout.ts[order].astype(np.int64)
+        seq = e.seq[order]
+        first = np.flatnonzero(np.diff(seq, prepend=-1))
+        previous = np.concatenate([[0], ts[:-1]])
+        previous[first] = e.last[seq[first]]
+        self.delta = np.empty_like(ts)
+        self.delta[order] = ts - previous
+        ends = np.append(first[1:], len(seq))[:len(first)] - 1  # each sequence's last
+        e.last[seq[ends]] = ts[ends]
+        own_track = np.where(e.own[layout.track], layout.track, -1)
+        self.body = _bodies(layout, own_track, e.uuid_of, _arg_table(layout.args, arg_blobs),
+                            e.descs)
+
+    def render(self, rows: np.ndarray) -> bytes:
+        return self.pieces(rows).render()[0].tobytes()
+
+    def fields(self, rows: np.ndarray) -> _Fields:
+        """What the packets of `rows` hold beside the tables' bytes."""
+        e = self.events
+        lay = e.layout
         has_args = (lay.args[rows] >= 0)[:, None]
         delta = lay.counter_delta[rows]
         # trace_processor reads an event's extra counter values up to the first 0, so a 0 is
         # not written; nor is a value its track already holds. An event that leaves out one of
         # its default tracks' values names the tracks of the others.
         track = lay.counter_track[rows]
-        sampled = self.sampled[rows]
+        sampled = e.sampled[rows]
         named = ((track >= 0) & ~sampled).any(1)[:, None] & sampled
         return _Fields(rows, np.where(has_args & (delta >= 0), delta, -1),
                        lay.type[rows] == EventType.COUNTER,
-                       np.where(named, self.uuid_of[np.maximum(track, 0)], -1), sampled,
+                       np.where(named, e.uuid_of[np.maximum(track, 0)], -1), sampled,
                        lay.counter_value[rows])
 
-    def pieces(self, a: int, b: int) -> Pieces:
-        """The packets of rows a to b, to render with numpy (`fields` says in which order)."""
-        f = self.fields(a, b)
-        rows = f.rows
+    def pieces(self, rows: np.ndarray) -> Pieces:
+        """The packets of `rows`, in their order."""
+        e = self.events
+        f = self.fields(rows)
         p = Pieces(len(rows))
         _add(p, self.body, rows)
-        for c, prefix in enumerate(self.counter_prefix):
+        for c, prefix in enumerate(e.counter_prefix):
             at = np.flatnonzero(f.count[:, c] >= 0)
             p.varint(_ANNOTATION, len(prefix) + varint_sizes(f.count[at, c]), at)
             p.constant(prefix, at)
             p.varint(b"", f.count[at, c], at)
         at = np.flatnonzero(f.is_counter)
-        p.fixed64(_DOUBLE_COUNTER, self.layout.value[rows[at]], at)
-        for flows in self.flows:
+        p.fixed64(_DOUBLE_COUNTER, e.layout.value[rows[at]], at)
+        for flows in e.flows:
             _add(p, flows, rows)
         for c in range(f.track.shape[1]):
             at = np.flatnonzero(f.track[:, c] >= 0)
@@ -423,7 +449,7 @@ class _Events:
         # tag and packet size, timestamp, sequence id and flags, TrackEvent tag and size, the
         # event.
         p.varint(_TRACK_EVENT, p.sizes(), front=True)
-        _add(p, self.seq_head, self.seq[rows], front=True)
+        _add(p, e.seq_head, e.seq[rows], front=True)
         p.varint(_TIMESTAMP, self.delta[rows], front=True)
         p.varint(_PACKET, p.sizes(), front=True)
         return p
@@ -568,6 +594,6 @@ _FLOW_ID = tag(pb.TrackEvent, "flow_ids")
 _TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids")
 _EXTRA_TRACK = tag(pb.TrackEvent, "extra_counter_track_uuids")
 _EXTRA_VALUE = tag(pb.TrackEvent, "extra_counter_values")
-_TAGS = [_PACKET, _TIMESTAMP, _TRACK_EVENT, _ANNOTATION, _DOUBLE_COUNTER, _EXTRA_TRACK,
-         _EXTRA_VALUE]
+_TAGS = [_PACKET, _TIMESTAMP, _TRACK_EVENT, _TYPE, _TRACK_UUID, _NAME_IID, _ANNOTATION,
+         _DOUBLE_COUNTER, _EXTRA_TRACK, _EXTRA_VALUE]
 """The tags the compiled renderer writes, in render.c's order."""

@@ -1,6 +1,7 @@
-/* Pieces.render's copy loop (encode/wire.py), compiled: one piece's bytes onto its rows.
- * Built by scripts/setup.sh into _render.so beside this file and loaded with ctypes over numpy
- * buffers (encode/native.py); wire.py copies with numpy where it is absent. */
+/* The trace's event packets (encode/perfetto.py's _Events), compiled: a chunk's packets in one
+ * pass over its rows; and Pieces.render's copy loop (encode/wire.py). Built by
+ * scripts/setup.sh into _render.so beside this file and loaded with ctypes over numpy buffers
+ * (encode/native.py); numpy renders the same bytes where it is absent. */
 #include <stdint.h>
 #include <string.h>
 
@@ -8,7 +9,7 @@
  * built from an older render.c (setup.sh not run since) is not used. */
 int render_abi(void)
 {
-    return 1;
+    return 2;
 }
 
 /* Row i of the piece (row at[i] of the output, or i where at is NULL) gets
@@ -31,7 +32,62 @@ int render_piece(uint8_t *out, int64_t out_size, int64_t *next, const uint8_t *s
     return 0;
 }
 
-static int64_t varint_size(uint64_t v)
+/* Byte strings in one buffer: entry i is bytes[start[i] : start[i] + size[i]]. */
+struct strings {
+    const uint8_t *bytes;
+    int64_t bytes_size, count;
+    const int64_t *start, *size;
+};
+
+/* The tags render_events writes, by their entry in `tags`. */
+enum { PACKET, TIMESTAMP, TRACK_EVENT, TYPE, TRACK_UUID, NAME_IID, ANNOTATION, DOUBLE_COUNTER,
+       EXTRA_TRACK, EXTRA_VALUE };
+
+/* A layout's events, as encode/native.py's Tables describes them. */
+struct events {
+    int64_t rows, counters, counter_type;
+    struct strings tags, prefix;            /* prefix: each counter's annotation name, value tag */
+    const int64_t *ts, *track, *name, *args; /* by row */
+    const int8_t *type;
+    const double *value;
+    struct strings desc, flows, ends;       /* by row: description, flow ids, terminating ids */
+    const int64_t *count, *counter_track, *counter_value; /* rows x counters */
+    const uint8_t *sampled;
+    int64_t tracks;
+    const int64_t *seq, *uuid;              /* by track */
+    const uint8_t *own;                     /* by track: not its sequence's default track */
+    struct strings head;                    /* by sequence: what a packet holds after its time */
+    int64_t *last;                          /* by sequence: the time of its last packet */
+    struct strings arg_sets;
+};
+
+enum { FITS, FULL, BAD };
+
+/* Where the next bytes go, up to `end`; `failed`: FULL where they did not fit, BAD where an
+ * entry lies outside its table (nothing more is written after either). */
+struct writer {
+    uint8_t *at, *end;
+    int failed;
+};
+
+static inline void put(struct writer *w, const uint8_t *from, int64_t size)
+{
+    if (w->failed)
+        return;
+    if (size > w->end - w->at) {
+        w->failed = FULL;
+        return;
+    }
+    if (size > 16) {
+        memcpy(w->at, from, (size_t)size);
+        w->at += size;
+        return;
+    }
+    for (int64_t i = 0; i < size; i++)  /* a tag, a varint: shorter than a call to memcpy */
+        *w->at++ = from[i];
+}
+
+static inline int64_t varint_size(uint64_t v)
 {
     int64_t n = 1;
     while (v >= 0x80) {
@@ -41,133 +97,150 @@ static int64_t varint_size(uint64_t v)
     return n;
 }
 
-/* Writes (or with out NULL, only counts) a varint; returns its size. */
-static int64_t put_varint(uint8_t *out, uint64_t v)
+static inline void put_varint(struct writer *w, uint64_t v)
 {
+    uint8_t bytes[10];
     int64_t n = 0;
     while (v >= 0x80) {
-        if (out)
-            out[n] = (uint8_t)(v | 0x80);
+        bytes[n++] = (uint8_t)(v | 0x80);
         v >>= 7;
-        n++;
     }
-    if (out)
-        out[n] = (uint8_t)v;
-    return n + 1;
+    bytes[n++] = (uint8_t)v;
+    put(w, bytes, n);
 }
 
-static int64_t put_bytes(uint8_t *out, const uint8_t *from, int64_t size)
+/* Entry i of a table: its size, or -1 where it lies outside the table or its buffer. */
+static inline int64_t entry_size(const struct strings *s, int64_t i)
 {
-    if (out)
-        memcpy(out, from, (size_t)size);
-    return size;
-}
-
-/* The tags render_packets writes, by their index in `tag_end`. */
-enum { PACKET, TIMESTAMP, TRACK_EVENT, ANNOTATION, DOUBLE_COUNTER, EXTRA_TRACK, EXTRA_VALUE };
-
-struct packets {
-    int64_t counters;
-    const uint8_t *tags;
-    const int64_t *tag_end;
-    const int64_t *delta;                   /* timestamp delta */
-    const uint8_t *source[4];               /* sequence head, body, flow ids, terminating ones */
-    const int64_t *start[4], *size[4];      /* per row, in source[k] */
-    const uint8_t *prefix;                  /* each counter's annotation prefix, back to back */
-    const int64_t *prefix_end;
-    const int64_t *count;                   /* rows x counters: annotation value, -1: none */
-    const uint8_t *is_counter;
-    const double *value;                    /* a counter event's value */
-    const int64_t *track;                   /* rows x counters: extra track uuid, -1: none */
-    const uint8_t *sampled;                 /* rows x counters: an extra counter value */
-    const int64_t *sample;
-};
-
-static int64_t put_tag(const struct packets *p, uint8_t *out, int which)
-{
-    int64_t begin = which ? p->tag_end[which - 1] : 0;
-    return put_bytes(out, p->tags + begin, p->tag_end[which] - begin);
-}
-
-static int64_t put_range(const struct packets *p, uint8_t *out, int k, int64_t row)
-{
-    return put_bytes(out, p->source[k] + p->start[k][row], p->size[k][row]);
-}
-
-/* A row's TrackEvent fields (with out NULL: their size). */
-static int64_t track_event(const struct packets *p, uint8_t *out, int64_t row)
-{
-    int64_t n = put_range(p, out, 1, row), c, at = row * p->counters;
-#define OUT (out ? out + n : NULL)
-    for (c = 0; c < p->counters; c++) {
-        int64_t begin = c ? p->prefix_end[c - 1] : 0, size = p->prefix_end[c] - begin;
-        uint64_t v = (uint64_t)p->count[at + c];
-        if (p->count[at + c] < 0)
-            continue;
-        n += put_tag(p, OUT, ANNOTATION);
-        n += put_varint(OUT, (uint64_t)(size + varint_size(v)));
-        n += put_bytes(OUT, p->prefix + begin, size);
-        n += put_varint(OUT, v);
-    }
-    if (p->is_counter[row]) {
-        n += put_tag(p, OUT, DOUBLE_COUNTER);
-        n += put_bytes(OUT, (const uint8_t *)&p->value[row], 8);
-    }
-    n += put_range(p, OUT, 2, row);
-    n += put_range(p, OUT, 3, row);
-    for (c = 0; c < p->counters; c++)
-        if (p->track[at + c] >= 0) {
-            n += put_tag(p, OUT, EXTRA_TRACK);
-            n += put_varint(OUT, (uint64_t)p->track[at + c]);
-        }
-    for (c = 0; c < p->counters; c++)
-        if (p->sampled[at + c]) {
-            n += put_tag(p, OUT, EXTRA_VALUE);
-            n += put_varint(OUT, (uint64_t)p->sample[at + c]);
-        }
-    return n;
-}
-
-/* A row's packet, as encode/perfetto.py's _Events.pieces renders it: Trace.packet tag and
- * size, timestamp, sequence head, TrackEvent tag and size (`event`), the event. With out NULL
- * only its size; else written where it fits in `room` bytes (-1 where it does not). */
-static int64_t packet(const struct packets *p, uint8_t *out, int64_t room, int64_t row,
-                      int64_t event)
-{
-    int64_t inner = p->tag_end[TIMESTAMP] - p->tag_end[PACKET]
-        + varint_size((uint64_t)p->delta[row]) + p->size[0][row]
-        + p->tag_end[TRACK_EVENT] - p->tag_end[TIMESTAMP] + varint_size((uint64_t)event) + event;
-    int64_t n = p->tag_end[PACKET] + varint_size((uint64_t)inner);
-    if (!out)
-        return n + inner;
-    if (n + inner > room)
+    if (i < 0 || i >= s->count)
         return -1;
-    n = put_tag(p, out, PACKET);
-    n += put_varint(OUT, (uint64_t)inner);
-    n += put_tag(p, OUT, TIMESTAMP);
-    n += put_varint(OUT, (uint64_t)p->delta[row]);
-    n += put_range(p, OUT, 0, row);
-    n += put_tag(p, OUT, TRACK_EVENT);
-    n += put_varint(OUT, (uint64_t)event);
-    return n + track_event(p, OUT, row);
-#undef OUT
+    int64_t from = s->start[i], size = s->size[i];
+    return from < 0 || size < 0 || from > s->bytes_size - size ? -1 : size;
 }
 
-/* The packets of `rows` rows back to back: with out NULL, their size, each row's event size
- * kept in `event` (rows of int64) for the call that writes them into out (out_size bytes);
- * that call returns the size written, or -1 (nothing more written) where they would not fit.
- * The caller checks that each range lies in its source. */
-int64_t render_packets(uint8_t *out, int64_t out_size, int64_t rows, const struct packets *p,
-                       int64_t *event)
+static inline void put_entry(struct writer *w, const struct strings *s, int64_t i)
 {
-    int64_t n = 0, size;
-    for (int64_t row = 0; row < rows; row++) {
-        if (!out)
-            event[row] = track_event(p, NULL, row);
-        size = packet(p, out ? out + n : NULL, out_size - n, row, event[row]);
-        if (size < 0)
-            return -1;
-        n += size;
+    if (entry_size(s, i) < 0)
+        w->failed = w->failed ? w->failed : BAD;
+    else
+        put(w, s->bytes + s->start[i], s->size[i]);
+}
+
+/* A debug annotation: counter c's name and value tag (its `prefix` entry), then `v`. */
+static void annotation(struct writer *w, const struct events *e, int64_t c, uint64_t v)
+{
+    put_entry(w, &e->tags, ANNOTATION);
+    put_varint(w, (uint64_t)(entry_size(&e->prefix, c) + varint_size(v)));
+    put_entry(w, &e->prefix, c);
+    put_varint(w, v);
+}
+
+/* The extra counter tracks and values of a row: a value where `sampled`; the tracks named
+ * where the row leaves out the value of one of its tracks. */
+static void extra_counters(struct writer *w, const struct events *e, int64_t row)
+{
+    const int64_t *track = e->counter_track + row * e->counters;
+    const uint8_t *sampled = e->sampled + row * e->counters;
+    int64_t c, named = 0;
+    for (c = 0; c < e->counters; c++)
+        named |= track[c] >= 0 && !sampled[c];
+    for (c = 0; named && c < e->counters; c++)
+        if (sampled[c]) {
+            if (track[c] < 0 || track[c] >= e->tracks)
+                w->failed = w->failed ? w->failed : BAD;
+            put_entry(w, &e->tags, EXTRA_TRACK);
+            put_varint(w, w->failed ? 0 : (uint64_t)e->uuid[track[c]]);
+        }
+    for (c = 0; c < e->counters; c++)
+        if (sampled[c]) {
+            put_entry(w, &e->tags, EXTRA_VALUE);
+            put_varint(w, (uint64_t)e->counter_value[row * e->counters + c]);
+        }
+}
+
+/* A row's TrackEvent fields, in the order of _Events.pieces. */
+static void track_event(struct writer *w, const struct events *e, int64_t row, int64_t track)
+{
+    int64_t args = e->args[row], c;
+    put_entry(w, &e->tags, TYPE);
+    put_varint(w, (uint64_t)e->type[row]);
+    if (e->own[track]) {
+        put_entry(w, &e->tags, TRACK_UUID);
+        put_varint(w, (uint64_t)e->uuid[track]);
     }
-    return n;
+    if (e->name[row] >= 0) {
+        put_entry(w, &e->tags, NAME_IID);
+        put_varint(w, (uint64_t)e->name[row] + 1);
+    }
+    if (args >= 0)
+        put_entry(w, &e->arg_sets, args);
+    put_entry(w, &e->desc, row);
+    for (c = 0; args >= 0 && c < e->counters; c++)
+        if (e->count[row * e->counters + c] >= 0)
+            annotation(w, e, c, (uint64_t)e->count[row * e->counters + c]);
+    if (e->type[row] == e->counter_type) {
+        put_entry(w, &e->tags, DOUBLE_COUNTER);
+        put(w, (const uint8_t *)&e->value[row], 8);
+    }
+    put_entry(w, &e->flows, row);
+    put_entry(w, &e->ends, row);
+    extra_counters(w, e, row);
+}
+
+/* A row's packet: Trace.packet tag and size, timestamp (the delta from its sequence's last
+ * packet, which moves on), the sequence's head, TrackEvent tag and size, the event. The event
+ * is written first, after room for a head whose sizes take a byte each, and moved where they
+ * take more. */
+static void packet(struct writer *w, const struct events *e, int64_t row)
+{
+    int64_t track = row >= 0 && row < e->rows ? e->track[row] : -1;
+    int64_t seq = track >= 0 && track < e->tracks ? e->seq[track] : -1;
+    int64_t head = entry_size(&e->head, seq), delta = seq < 0 ? 0 : e->ts[row] - e->last[seq];
+    int64_t after_size = entry_size(&e->tags, TIMESTAMP) + varint_size((uint64_t)delta) + head
+        + entry_size(&e->tags, TRACK_EVENT), before = entry_size(&e->tags, PACKET);
+    if (head < 0 || after_size < head || before < 0) {
+        w->failed = w->failed ? w->failed : BAD;
+        return;
+    }
+    uint8_t *start = w->at;
+    if (w->failed || w->end - start < before + after_size + 2) {
+        w->failed = w->failed ? w->failed : FULL;
+        return;
+    }
+    struct writer event = {start + before + after_size + 2, w->end, FITS};
+    track_event(&event, e, row, track);
+    int64_t size = event.at - (start + before + after_size + 2);
+    int64_t inner = after_size + varint_size((uint64_t)size) + size;
+    int64_t shift = varint_size((uint64_t)size) + varint_size((uint64_t)inner) - 2;
+    if (!event.failed && shift && w->end - event.at < shift)
+        event.failed = FULL;
+    if (event.failed) {
+        w->failed = event.failed;
+        return;
+    }
+    if (shift)
+        memmove(start + before + after_size + 2 + shift, start + before + after_size + 2,
+                (size_t)size);
+    struct writer h = {start, w->end, FITS};
+    put_entry(&h, &e->tags, PACKET);
+    put_varint(&h, (uint64_t)inner);
+    put_entry(&h, &e->tags, TIMESTAMP);
+    put_varint(&h, (uint64_t)delta);
+    put_entry(&h, &e->head, seq);
+    put_entry(&h, &e->tags, TRACK_EVENT);
+    put_varint(&h, (uint64_t)size);
+    w->at = h.at + size;
+    e->last[seq] = e->ts[row];
+}
+
+/* The packets of the layout rows `rows` (count of them) back to back into out (out_size bytes):
+ * returns their size, -1 where they do not fit (`last` then holds the sequences' times up to
+ * the first row that did not), or -2 where an entry lies outside its table. */
+int64_t render_events(uint8_t *out, int64_t out_size, const int64_t *rows, int64_t count,
+                      const struct events *e)
+{
+    struct writer w = {out, out + out_size, FITS};
+    for (int64_t i = 0; i < count && !w.failed; i++)
+        packet(&w, e, rows[i]);
+    return w.failed ? -w.failed : w.at - out;
 }
