@@ -96,6 +96,11 @@ class _Interned:
         self.annotations: dict[tuple[str, type, ArgValue], bytes] = {}
         self.blobs: list[bytes] = []
         """Each arg set of the layout tables, serialized."""
+        self.table: _Bytes = _table([])
+        """`blobs` back to back."""
+        self._filled = ((0, 0, 0), (0, 0, 0)), pb.InternedData()
+        """The entries added after a sequence saw some (`fill`), by the counts seen then and
+        now: one message for the sequences of a chunk that saw the same."""
 
     def name(self, key: str) -> int:
         return self.names.setdefault(key, len(self.names) + 1)
@@ -107,6 +112,7 @@ class _Interned:
         for args in layout.arg_sets[len(self.blobs):]:  # a loop per arg, kept lean
             self.blobs.append(b"".join([known.get((k, type(v), v)) or self.annotation(k, v)
                                         for k, v in args]))
+        self.table = _table(self.blobs)
 
     def annotation(self, key: str, value: ArgValue) -> bytes:
         """A debug annotation field; one `key: value` pair is serialized once."""
@@ -135,6 +141,14 @@ class _Interned:
 
     def fill(self, data: pb.InternedData, since: tuple[int, int, int]) -> None:
         """The entries added after a sequence saw `since` (counts of each kind)."""
+        key = since, self.seen()
+        if self._filled[0] != key:
+            self._filled = key, self._since(since)
+        if since != key[1]:
+            data.CopyFrom(self._filled[1])
+
+    def _since(self, since: tuple[int, int, int]) -> pb.InternedData:
+        data = pb.InternedData()
         for iid, name in enumerate(self.event_names[since[0]:], start=since[0] + 1):
             data.event_names.add(iid=iid, name=name)
         for key, iid in self.names.items():
@@ -142,6 +156,7 @@ class _Interned:
                 data.debug_annotation_names.add(iid=iid, name=key)
         for iid, value in enumerate(self.value_list[since[2]:], start=since[2] + 1):
             data.debug_annotation_string_values.add(iid=iid, str=value.encode())
+        return data
 
 
 @dataclass
@@ -172,9 +187,10 @@ class Written:
     interned: _Interned = dataclasses.field(default_factory=_Interned)
     sequences: dict[int, _Sequence] = dataclasses.field(default_factory=dict)
     """By the uuid of the track the sequence is for (0: the non-thread tracks)."""
-    descs: dict[int, int] = dataclasses.field(default_factory=dict)
+    descs: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     """The number (DESC_ARG) of each node description written, by its arg set (of the
-    tables' current generation): 1, 2, ... in the order the file first has them."""
+    tables' current generation; 0: none yet): 1, 2, ... in the order the file first has
+    them."""
     numbered: int = 0
     """Descriptions numbered in the file (of every generation)."""
 
@@ -193,7 +209,7 @@ class Written:
         numbers are not used again)."""
         self.interned = _Interned(generation)
         self.sequences.clear()
-        self.descs.clear()
+        self.descs = np.zeros(0, np.int64)
 
 
 class _Sequences:
@@ -307,23 +323,33 @@ def _table(blobs: list[bytes]) -> _Bytes:
 def _descriptions(layout: Layout, written: Written) -> _Bytes:
     """The rows' node description references: DESC_ARG with the description's number, and the
     description's args with it on the first row of the file that refers to it."""
-    interned = written.interned
     rows = np.flatnonzero(layout.desc >= 0)
-    used, first, which = np.unique(layout.desc[rows], return_index=True, return_inverse=True)
-    refs, fulls, full_rows = [], [], []
-    for desc, row in zip(used.tolist(), rows[first].tolist(), strict=True):
-        number = written.descs.get(desc)
-        if number is None:
-            written.numbered += 1
-            number = written.descs[desc] = written.numbered
-            fulls.append(interned.annotation(DESC_ARG, number) + interned.blobs[desc])
-            full_rows.append(row)
-        refs.append(interned.annotation(DESC_ARG, number))
-    source, offset, size = _table(refs + fulls)
     start, length = np.zeros(len(layout), np.int64), np.zeros(len(layout), np.int64)
-    start[rows], length[rows] = offset[which.reshape(-1)], size[which.reshape(-1)]
-    start[full_rows], length[full_rows] = offset[len(refs):], size[len(refs):]
-    return source, start, length
+    if not len(rows):
+        return np.zeros(0, np.uint8), start, length
+    used, first, which = np.unique(layout.desc[rows], return_index=True, return_inverse=True)
+    number = written.descs = np.append(
+        written.descs, np.zeros(len(layout.arg_sets) - len(written.descs), np.int64))
+    is_new = number[used] == 0
+    new = used[is_new]
+    number[new] = written.numbered + 1 + np.arange(len(new))
+    written.numbered += len(new)
+    # Each used description's reference, then each new one's with its args.
+    numbers = number[np.concatenate([used, new])]
+    prefix = _ANNOTATION_NAME + varint(written.interned.name(DESC_ARG)) + _INT_VALUE
+    p = Pieces(len(numbers))
+    p.varint(_ANNOTATION, len(prefix) + varint_sizes(numbers))
+    p.constant(prefix)
+    p.varint(b"", numbers)
+    full = len(used) + np.arange(len(new))
+    source, blob_start, blob_size = written.interned.table
+    p.add(source, blob_start[new], blob_size[new], full)
+    data, end = p.render()
+    size = np.diff(end, prepend=0)
+    start[rows], length[rows] = (end - size)[which.reshape(-1)], size[which.reshape(-1)]
+    full_rows = rows[first[is_new]]
+    start[full_rows], length[full_rows] = (end - size)[full], size[full]
+    return data, start, length
 
 
 class _Events:
