@@ -142,6 +142,10 @@ class Renderer:
         self._events = library.render_events
         self._events.argtypes = [_POINTER, _INT64, _POINTER, _INT64, ctypes.POINTER(_Events)]
         self._events.restype = _INT64
+        self._changes = library.render_changes
+        self._changes.argtypes = [_POINTER, _POINTER, _POINTER, _INT64, _INT64, _INT64, _POINTER,
+                                  _POINTER]
+        self._changes.restype = ctypes.c_int
 
     def piece(self, out: np.ndarray, next_free: np.ndarray, source: np.ndarray,
               at: np.ndarray | None, start: np.ndarray, length: np.ndarray) -> None:
@@ -158,6 +162,20 @@ class Renderer:
                              start.ctypes.data, start_step, length.ctypes.data, length_step)
         if failed:
             raise AssertionError("a piece reaches past its source or the output")
+
+    def changes(self, track: np.ndarray, value: np.ndarray, tracks: int) -> np.ndarray:
+        """Which counter samples to write (encode/perfetto.py's _changes; `tracks`: how many
+        tracks there are)."""
+        track = np.ascontiguousarray(track, np.int64)
+        value = np.ascontiguousarray(value, np.int64)
+        sampled = np.empty(track.shape, bool)
+        last = np.zeros(tracks * track.shape[1], np.int64)
+        seen = np.zeros(tracks * track.shape[1], np.uint8)
+        if self._changes(sampled.ctypes.data, track.ctypes.data, value.ctypes.data,
+                         track.shape[0], track.shape[1], tracks, last.ctypes.data,
+                         seen.ctypes.data):
+            raise AssertionError("a counter sample on a track that is not one")
+        return sampled
 
     def events(self, tables: Tables) -> Events:
         """A layout's events, to render a chunk of rows at a time."""

@@ -374,12 +374,14 @@ class _Events:
         self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)])
         self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE
                                for iid in counter_iids]
-        self.sampled = _changes(layout.counter_track, layout.counter_value)
+        renderer = native.RENDERER
+        self.sampled = (_changes(layout.counter_track, layout.counter_value) if renderer is None
+                        else renderer.changes(layout.counter_track, layout.counter_value,
+                                              len(uuids)))
         self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, 1], _FLOW_ID, len(layout)),
                       _flow_table(layout.flows[:, 0], layout.flows[:, 2], _TERMINATING_FLOW_ID,
                                   len(layout))]
         self.descs = descs
-        renderer = native.RENDERER
         self._render = (_Numpy(self, arg_blobs).render if renderer is None
                         else self._compiled(renderer, sequences, arg_blobs).render)
 

@@ -32,6 +32,28 @@ int render_piece(uint8_t *out, int64_t out_size, int64_t *next, const uint8_t *s
     return 0;
 }
 
+/* Which counter samples to write, as encode/perfetto.py's _changes picks them: sampled[i] (of
+ * rows x counters) where track[i] >= 0, value[i] is not 0 and the sample before on the same
+ * track and column (in row order) is not value[i] or there is none. `last` and `seen` (tracks x
+ * counters) start zeroed. Returns 0, or -1 where a track lies outside 0 to tracks - 1. */
+int render_changes(uint8_t *sampled, const int64_t *track, const int64_t *value, int64_t rows,
+                   int64_t counters, int64_t tracks, int64_t *last, uint8_t *seen)
+{
+    for (int64_t i = 0; i < rows * counters; i++) {
+        int64_t t = track[i], c = i % counters;
+        sampled[i] = 0;
+        if (t < 0)
+            continue;
+        if (t >= tracks)
+            return -1;
+        int64_t k = t * counters + c;
+        sampled[i] = value[i] != 0 && (!seen[k] || last[k] != value[i]);
+        seen[k] = 1;
+        last[k] = value[i];
+    }
+    return 0;
+}
+
 /* Byte strings in one buffer: entry i is bytes[start[i] : start[i] + size[i]]. */
 struct strings {
     const uint8_t *bytes;

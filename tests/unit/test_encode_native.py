@@ -136,3 +136,14 @@ def test_an_entry_past_its_table_is_refused(renderer: native.Renderer) -> None:
                 {"ts": np.ones(2, np.int64)}):
         with pytest.raises(AssertionError):
             renderer.events(_tables(**bad)).render(row if "ts" not in bad else row + 1)
+
+
+def test_both_pick_the_same_counter_samples(renderer: native.Renderer) -> None:
+    """A sample is written where it is not 0 and its track's sample before (in row order, each
+    column apart) differs or there is none."""
+    rng = np.random.default_rng(2)
+    track = rng.integers(-1, 4, (500, 3))
+    value = rng.integers(0, 3, (500, 3))
+    assert np.array_equal(renderer.changes(track, value, 4), perfetto._changes(track, value))
+    with pytest.raises(AssertionError):
+        renderer.changes(track, value, 3)
