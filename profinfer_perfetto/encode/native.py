@@ -8,7 +8,6 @@ import ctypes
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +36,8 @@ class _Events(ctypes.Structure):
     _fields_ = [("rows", _INT64), ("counters", _INT64), ("counter_type", _INT64),
                 ("tags", _Strings), ("prefix", _Strings), ("ts", _POINTER), ("track", _POINTER),
                 ("name", _POINTER), ("args", _POINTER), ("type", _POINTER), ("value", _POINTER),
-                ("desc", _Strings), ("flows", _Strings), ("ends", _Strings), ("count", _POINTER),
+                ("desc", _Strings), ("flow_end", _POINTER * 2), ("flow_id", _POINTER * 2),
+                ("count", _POINTER),
                 ("counter_track", _POINTER), ("counter_value", _POINTER),
                 ("sampled", _POINTER), ("tracks", _INT64), ("seq", _POINTER), ("uuid", _POINTER),
                 ("own", _POINTER), ("head", _Strings), ("last", _POINTER),
@@ -61,9 +61,9 @@ class Tables:
     type: np.ndarray
     value: np.ndarray
     desc: Strings
-    """By row, as flows and ends (the terminating flow ids)."""
-    flows: Strings
-    ends: Strings
+    """By row."""
+    flows: np.ndarray
+    """(flows, 3): each flow's id, the row it starts at and the row it ends at."""
     count: np.ndarray
     """(rows, counters), as counter_track, counter_value and sampled."""
     counter_track: np.ndarray
@@ -82,17 +82,19 @@ class Tables:
 class Events:
     """A layout's tables handed to render.c, for its packets a chunk of rows at a time."""
 
-    def __init__(self, function: Any, tables: Tables) -> None:
-        self._function = function
+    def __init__(self, renderer: Renderer, tables: Tables) -> None:
+        self._function = renderer.render_events
         self._keep: list[np.ndarray] = []  # the buffers the struct points into
         self.last: np.ndarray = np.ascontiguousarray(tables.last, np.int64)
         """Each sequence's last packet time, as written so far."""
         t = tables
+        flows = [renderer.flows(t.flows[:, 0], t.flows[:, k], len(t.ts)) for k in (1, 2)]
         self._events = _Events(
             len(t.ts), t.count.shape[1], t.counter_type, self._joined(t.tags),
             self._joined(t.prefixes), self._at(t.ts), self._at(t.track), self._at(t.name),
             self._at(t.args), self._at(t.type, np.int8), self._at(t.value, "<f8"),
-            self._strings(t.desc), self._strings(t.flows), self._strings(t.ends),
+            self._strings(t.desc), (_POINTER * 2)(*(self._at(end) for end, _ in flows)),
+            (_POINTER * 2)(*(self._at(ids) for _, ids in flows)),
             self._at(t.count), self._at(t.counter_track), self._at(t.counter_value),
             self._at(t.sampled, np.uint8), len(t.seq), self._at(t.seq), self._at(t.uuid),
             self._at(t.own, np.uint8), self._strings(t.head), self._at(self.last),
@@ -139,9 +141,13 @@ class Renderer:
         self._piece.argtypes = [_POINTER, _INT64, _POINTER, _POINTER, _INT64, _POINTER, _INT64,
                                 _POINTER, _INT64, _POINTER, _INT64]
         self._piece.restype = ctypes.c_int
-        self._events = library.render_events
-        self._events.argtypes = [_POINTER, _INT64, _POINTER, _INT64, ctypes.POINTER(_Events)]
-        self._events.restype = _INT64
+        self.render_events = library.render_events
+        self.render_events.argtypes = [_POINTER, _INT64, _POINTER, _INT64,
+                                       ctypes.POINTER(_Events)]
+        self.render_events.restype = _INT64
+        self._flows = library.render_flows
+        self._flows.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, _INT64, _INT64]
+        self._flows.restype = ctypes.c_int
         self._changes = library.render_changes
         self._changes.argtypes = [_POINTER, _POINTER, _POINTER, _INT64, _INT64, _INT64, _POINTER,
                                   _POINTER]
@@ -177,9 +183,20 @@ class Renderer:
             raise AssertionError("a counter sample on a track that is not one")
         return sampled
 
+    def flows(self, ids: np.ndarray, at: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of the flows at each of `rows` rows (flow i at row at[i]), by id within a row:
+        where each row's end, and the ids in row order."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        at = np.ascontiguousarray(at, np.int64)
+        end, ordered = np.empty(rows, np.int64), np.empty(len(ids), np.int64)
+        if self._flows(end.ctypes.data, ordered.ctypes.data, ids.ctypes.data, at.ctypes.data,
+                       len(ids), rows):
+            raise AssertionError("a flow at a row that is not one")
+        return end, ordered
+
     def events(self, tables: Tables) -> Events:
         """A layout's events, to render a chunk of rows at a time."""
-        return Events(self._events, tables)
+        return Events(self, tables)
 
 
 def _steps(values: np.ndarray) -> tuple[np.ndarray, int]:

@@ -378,9 +378,6 @@ class _Events:
         self.sampled = (_changes(layout.counter_track, layout.counter_value) if renderer is None
                         else renderer.changes(layout.counter_track, layout.counter_value,
                                               len(uuids)))
-        self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, 1], _FLOW_ID, len(layout)),
-                      _flow_table(layout.flows[:, 0], layout.flows[:, 2], _TERMINATING_FLOW_ID,
-                                  len(layout))]
         self.descs = descs
         self._render = (_Numpy(self, arg_blobs).render if renderer is None
                         else self._compiled(renderer, sequences, arg_blobs).render)
@@ -390,7 +387,7 @@ class _Events:
         lay = self.layout
         compiled = renderer.events(native.Tables(
             _TAGS, self.counter_prefix, EventType.COUNTER, lay.ts, lay.track, lay.name, lay.args,
-            lay.type, lay.value, self.descs, self.flows[0], self.flows[1],
+            lay.type, lay.value, self.descs, lay.flows,
             np.where(lay.counter_delta >= 0, lay.counter_delta, -1), lay.counter_track,
             lay.counter_value, self.sampled, sequences.of_track, self.uuid_of, self.own,
             self.seq_head, self.last, _table(arg_blobs)))
@@ -428,6 +425,8 @@ class _Numpy:
         self.delta[order] = ts - previous
         ends = np.append(first[1:], len(seq))[:len(first)] - 1  # each sequence's last
         e.last[seq[ends]] = ts[ends]
+        self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, k], flow_tag, len(layout))
+                      for k, flow_tag in ((1, _FLOW_ID), (2, _TERMINATING_FLOW_ID))]
         own_track = np.where(e.own[layout.track], layout.track, -1)
         self.body = _bodies(layout, own_track, e.uuid_of, _arg_table(layout.args, arg_blobs),
                             e.descs)
@@ -465,7 +464,7 @@ class _Numpy:
             p.varint(b"", f.count[at, c], at)
         at = np.flatnonzero(f.is_counter)
         p.fixed64(_DOUBLE_COUNTER, e.layout.value[rows[at]], at)
-        for flows in e.flows:
+        for flows in self.flows:
             _add(p, flows, rows)
         for c in range(f.track.shape[1]):
             at = np.flatnonzero(f.track[:, c] >= 0)
@@ -623,5 +622,5 @@ _TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids")
 _EXTRA_TRACK = tag(pb.TrackEvent, "extra_counter_track_uuids")
 _EXTRA_VALUE = tag(pb.TrackEvent, "extra_counter_values")
 _TAGS = [_PACKET, _TIMESTAMP, _TRACK_EVENT, _TYPE, _TRACK_UUID, _NAME_IID, _ANNOTATION,
-         _DOUBLE_COUNTER, _EXTRA_TRACK, _EXTRA_VALUE]
+         _DOUBLE_COUNTER, _FLOW_ID, _TERMINATING_FLOW_ID, _EXTRA_TRACK, _EXTRA_VALUE]
 """The tags the compiled renderer writes, in render.c's order."""

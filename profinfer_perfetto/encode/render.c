@@ -54,6 +54,36 @@ int render_changes(uint8_t *sampled, const int64_t *track, const int64_t *value,
     return 0;
 }
 
+/* The flows of each row, as encode/perfetto.py's _flow_table orders them: flow i (of `flows`)
+ * has id ids[i] and is at row at[i]; end[row] (of `rows`) becomes the end of the row's ids in
+ * `sorted`, each row's ids in order. Returns 0, or -1 where a row lies outside 0 to rows - 1. */
+int render_flows(int64_t *end, int64_t *sorted, const int64_t *ids, const int64_t *at,
+                 int64_t flows, int64_t rows)
+{
+    int64_t i, j, row, total = 0;
+    memset(end, 0, (size_t)rows * sizeof *end);
+    for (i = 0; i < flows; i++) {
+        if (at[i] < 0 || at[i] >= rows)
+            return -1;
+        end[at[i]]++;
+    }
+    for (row = 0; row < rows; row++) {  /* each row's start, where its first id goes */
+        int64_t count = end[row];
+        end[row] = total;
+        total += count;
+    }
+    for (i = 0; i < flows; i++)
+        sorted[end[at[i]]++] = ids[i];
+    for (row = 0, i = 0; row < rows; i = end[row++])  /* a row's few ids, by insertion */
+        for (j = i + 1; j < end[row]; j++) {
+            int64_t id = sorted[j], k = j;
+            for (; k > i && sorted[k - 1] > id; k--)
+                sorted[k] = sorted[k - 1];
+            sorted[k] = id;
+        }
+    return 0;
+}
+
 /* Byte strings in one buffer: entry i is bytes[start[i] : start[i] + size[i]]. */
 struct strings {
     const uint8_t *bytes;
@@ -63,7 +93,7 @@ struct strings {
 
 /* The tags render_events writes, by their entry in `tags`. */
 enum { PACKET, TIMESTAMP, TRACK_EVENT, TYPE, TRACK_UUID, NAME_IID, ANNOTATION, DOUBLE_COUNTER,
-       EXTRA_TRACK, EXTRA_VALUE };
+       FLOW_ID, TERMINATING_FLOW_ID, EXTRA_TRACK, EXTRA_VALUE };
 
 /* A layout's events, as encode/native.py's Tables describes them. */
 struct events {
@@ -72,7 +102,8 @@ struct events {
     const int64_t *ts, *track, *name, *args; /* by row */
     const int8_t *type;
     const double *value;
-    struct strings desc, flows, ends;       /* by row: description, flow ids, terminating ids */
+    struct strings desc;                    /* by row */
+    const int64_t *flow_end[2], *flow_id[2]; /* flow ids, terminating ones: render_flows' */
     const int64_t *count, *counter_track, *counter_value; /* rows x counters */
     const uint8_t *sampled;
     int64_t tracks;
@@ -204,8 +235,11 @@ static void track_event(struct writer *w, const struct events *e, int64_t row, i
         put_entry(w, &e->tags, DOUBLE_COUNTER);
         put(w, (const uint8_t *)&e->value[row], 8);
     }
-    put_entry(w, &e->flows, row);
-    put_entry(w, &e->ends, row);
+    for (int k = 0; k < 2; k++)
+        for (c = row ? e->flow_end[k][row - 1] : 0; c < e->flow_end[k][row]; c++) {
+            put_entry(w, &e->tags, FLOW_ID + k);
+            put(w, (const uint8_t *)&e->flow_id[k][c], 8);
+        }
     extra_counters(w, e, row);
 }
 

@@ -118,7 +118,8 @@ def _tables(**changed: Any) -> native.Tables:
     empty: native.Strings = (np.zeros(0, np.uint8), zero, zero)
     none = np.zeros((1, 0), np.int64)
     tables = native.Tables(perfetto._TAGS, [], 4, one, zero, zero - 1, zero - 1, one, zero * 1.0,
-                           empty, empty, empty, none, none, none, none.astype(bool), zero, one,
+                           empty, np.zeros((0, 3), np.int64), none, none, none, none.astype(bool),
+                           zero, one,
                            np.zeros(1, bool), (np.frombuffer(b"PQ", np.uint8), zero, one + 1),
                            zero, (np.zeros(0, np.uint8), zero[:0], zero[:0]))
     return dataclasses.replace(tables, **changed)
@@ -147,3 +148,14 @@ def test_both_pick_the_same_counter_samples(renderer: native.Renderer) -> None:
     assert np.array_equal(renderer.changes(track, value, 4), perfetto._changes(track, value))
     with pytest.raises(AssertionError):
         renderer.changes(track, value, 3)
+
+
+def test_both_order_the_flows_of_a_row_by_id(renderer: native.Renderer) -> None:
+    rng = np.random.default_rng(3)
+    ids, at = rng.integers(0, 16, 300), rng.integers(0, 40, 300)
+    end, ordered = renderer.flows(ids, at, 50)
+    order = np.lexsort((ids, at))
+    assert np.array_equal(ordered, ids[order])
+    assert np.array_equal(end, np.searchsorted(at[order], np.arange(50), side="right"))
+    with pytest.raises(AssertionError):
+        renderer.flows(ids, at, 39)
