@@ -88,6 +88,8 @@ class Events:
         self.last: np.ndarray = np.ascontiguousarray(tables.last, np.int64)
         """Each sequence's last packet time, as written so far."""
         t = tables
+        if not _fits(t):
+            raise AssertionError("the tables of one layout differ in their rows")
         flows = [renderer.flows(t.flows[:, 0], t.flows[:, k], len(t.ts)) for k in (1, 2)]
         self._events = _Events(
             len(t.ts), t.count.shape[1], t.counter_type, self._joined(t.tags),
@@ -197,6 +199,16 @@ class Renderer:
     def events(self, tables: Tables) -> Events:
         """A layout's events, to render a chunk of rows at a time."""
         return Events(self, tables)
+
+
+def _fits(t: Tables) -> bool:
+    """Whether the tables hold the rows, tracks and sequences render.c reads."""
+    rows, counters = len(t.ts), (len(t.ts), len(t.prefixes))
+    return ({len(a) for a in (t.track, t.name, t.args, t.type, t.value, t.desc[1], t.desc[2])}
+            == {rows} and {len(t.uuid), len(t.own)} == {len(t.seq)}
+            and {len(t.last), len(t.head[1]), len(t.head[2])} == {len(t.last)}
+            and {a.shape for a in (t.count, t.counter_track, t.counter_value, t.sampled)}
+            == {counters})
 
 
 def _steps(values: np.ndarray) -> tuple[np.ndarray, int]:

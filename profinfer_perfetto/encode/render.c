@@ -114,30 +114,51 @@ struct events {
     struct strings arg_sets;
 };
 
-enum { FITS, FULL, BAD };
-
-/* Where the next bytes go, up to `end`; `failed`: FULL where they did not fit, BAD where an
- * entry lies outside its table (nothing more is written after either). */
-struct writer {
-    uint8_t *at, *end;
-    int failed;
-};
-
-static inline void put(struct writer *w, const uint8_t *from, int64_t size)
+/* Entry i of a table: its size, or -1 where it lies outside the table or its buffer. */
+static inline int64_t entry_size(const struct strings *s, int64_t i)
 {
-    if (w->failed)
-        return;
-    if (size > w->end - w->at) {
-        w->failed = FULL;
-        return;
+    if (i < 0 || i >= s->count)
+        return -1;
+    int64_t from = s->start[i], size = s->size[i];
+    return from < 0 || size < 0 || from > s->bytes_size - size ? -1 : size;
+}
+
+/* The longest entry of a table, or -1 where one lies outside it. */
+static int64_t longest(const struct strings *s)
+{
+    int64_t most = 0;
+    for (int64_t i = 0; i < s->count; i++) {
+        int64_t size = entry_size(s, i);
+        if (size < 0)
+            return -1;
+        most = size > most ? size : most;
     }
-    if (size > 16) {
-        memcpy(w->at, from, (size_t)size);
-        w->at += size;
-        return;
-    }
+    return most;
+}
+
+/* The writers below write where the caller made room (render_events checks it per packet). */
+static inline uint8_t *put(uint8_t *at, const uint8_t *from, int64_t size)
+{
+    if (size > 16)
+        return (uint8_t *)memcpy(at, from, (size_t)size) + size;
     for (int64_t i = 0; i < size; i++)  /* a tag, a varint: shorter than a call to memcpy */
-        *w->at++ = from[i];
+        at[i] = from[i];
+    return at + size;
+}
+
+static inline uint8_t *put_entry(uint8_t *at, const struct strings *s, int64_t i)
+{
+    return put(at, s->bytes + s->start[i], s->size[i]);
+}
+
+static inline uint8_t *put_varint(uint8_t *at, uint64_t v)
+{
+    while (v >= 0x80) {
+        *at++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *at++ = (uint8_t)v;
+    return at;
 }
 
 static inline int64_t varint_size(uint64_t v)
@@ -150,47 +171,15 @@ static inline int64_t varint_size(uint64_t v)
     return n;
 }
 
-static inline void put_varint(struct writer *w, uint64_t v)
+/* A varint field: tag, value. */
+static inline uint8_t *put_field(uint8_t *at, const struct events *e, int tag, uint64_t v)
 {
-    uint8_t bytes[10];
-    int64_t n = 0;
-    while (v >= 0x80) {
-        bytes[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    bytes[n++] = (uint8_t)v;
-    put(w, bytes, n);
-}
-
-/* Entry i of a table: its size, or -1 where it lies outside the table or its buffer. */
-static inline int64_t entry_size(const struct strings *s, int64_t i)
-{
-    if (i < 0 || i >= s->count)
-        return -1;
-    int64_t from = s->start[i], size = s->size[i];
-    return from < 0 || size < 0 || from > s->bytes_size - size ? -1 : size;
-}
-
-static inline void put_entry(struct writer *w, const struct strings *s, int64_t i)
-{
-    if (entry_size(s, i) < 0)
-        w->failed = w->failed ? w->failed : BAD;
-    else
-        put(w, s->bytes + s->start[i], s->size[i]);
-}
-
-/* A debug annotation: counter c's name and value tag (its `prefix` entry), then `v`. */
-static void annotation(struct writer *w, const struct events *e, int64_t c, uint64_t v)
-{
-    put_entry(w, &e->tags, ANNOTATION);
-    put_varint(w, (uint64_t)(entry_size(&e->prefix, c) + varint_size(v)));
-    put_entry(w, &e->prefix, c);
-    put_varint(w, v);
+    return put_varint(put_entry(at, &e->tags, tag), v);
 }
 
 /* The extra counter tracks and values of a row: a value where `sampled`; the tracks named
  * where the row leaves out the value of one of its tracks. */
-static void extra_counters(struct writer *w, const struct events *e, int64_t row)
+static uint8_t *extra_counters(uint8_t *at, const struct events *e, int64_t row)
 {
     const int64_t *track = e->counter_track + row * e->counters;
     const uint8_t *sampled = e->sampled + row * e->counters;
@@ -198,95 +187,82 @@ static void extra_counters(struct writer *w, const struct events *e, int64_t row
     for (c = 0; c < e->counters; c++)
         named |= track[c] >= 0 && !sampled[c];
     for (c = 0; named && c < e->counters; c++)
-        if (sampled[c]) {
-            if (track[c] < 0 || track[c] >= e->tracks)
-                w->failed = w->failed ? w->failed : BAD;
-            put_entry(w, &e->tags, EXTRA_TRACK);
-            put_varint(w, w->failed ? 0 : (uint64_t)e->uuid[track[c]]);
-        }
+        if (sampled[c])
+            at = put_field(at, e, EXTRA_TRACK, (uint64_t)e->uuid[track[c]]);
     for (c = 0; c < e->counters; c++)
-        if (sampled[c]) {
-            put_entry(w, &e->tags, EXTRA_VALUE);
-            put_varint(w, (uint64_t)e->counter_value[row * e->counters + c]);
-        }
+        if (sampled[c])
+            at = put_field(at, e, EXTRA_VALUE, (uint64_t)e->counter_value[row * e->counters + c]);
+    return at;
 }
 
 /* A row's TrackEvent fields, in the order of _Events.pieces. */
-static void track_event(struct writer *w, const struct events *e, int64_t row, int64_t track)
+static uint8_t *track_event(uint8_t *at, const struct events *e, int64_t row, int64_t track)
 {
-    int64_t args = e->args[row], c;
-    put_entry(w, &e->tags, TYPE);
-    put_varint(w, (uint64_t)e->type[row]);
-    if (e->own[track]) {
-        put_entry(w, &e->tags, TRACK_UUID);
-        put_varint(w, (uint64_t)e->uuid[track]);
-    }
-    if (e->name[row] >= 0) {
-        put_entry(w, &e->tags, NAME_IID);
-        put_varint(w, (uint64_t)e->name[row] + 1);
-    }
+    int64_t args = e->args[row], c, i, k;
+    at = put_field(at, e, TYPE, (uint64_t)e->type[row]);
+    if (e->own[track])
+        at = put_field(at, e, TRACK_UUID, (uint64_t)e->uuid[track]);
+    if (e->name[row] >= 0)
+        at = put_field(at, e, NAME_IID, (uint64_t)e->name[row] + 1);
     if (args >= 0)
-        put_entry(w, &e->arg_sets, args);
-    put_entry(w, &e->desc, row);
-    for (c = 0; args >= 0 && c < e->counters; c++)
-        if (e->count[row * e->counters + c] >= 0)
-            annotation(w, e, c, (uint64_t)e->count[row * e->counters + c]);
-    if (e->type[row] == e->counter_type) {
-        put_entry(w, &e->tags, DOUBLE_COUNTER);
-        put(w, (const uint8_t *)&e->value[row], 8);
+        at = put_entry(at, &e->arg_sets, args);
+    at = put_entry(at, &e->desc, row);
+    for (c = 0; args >= 0 && c < e->counters; c++) {
+        uint64_t v = (uint64_t)e->count[row * e->counters + c];
+        if (e->count[row * e->counters + c] < 0)
+            continue;  /* an annotation: the counter's name and value tag, the value */
+        at = put_field(at, e, ANNOTATION, (uint64_t)(e->prefix.size[c] + varint_size(v)));
+        at = put_varint(put_entry(at, &e->prefix, c), v);
     }
-    for (int k = 0; k < 2; k++)
-        for (c = row ? e->flow_end[k][row - 1] : 0; c < e->flow_end[k][row]; c++) {
-            put_entry(w, &e->tags, FLOW_ID + k);
-            put(w, (const uint8_t *)&e->flow_id[k][c], 8);
-        }
-    extra_counters(w, e, row);
+    if (e->type[row] == e->counter_type)
+        at = put(put_entry(at, &e->tags, DOUBLE_COUNTER), (const uint8_t *)&e->value[row], 8);
+    for (k = 0; k < 2; k++)
+        for (i = row ? e->flow_end[k][row - 1] : 0; i < e->flow_end[k][row]; i++)
+            at = put(put_entry(at, &e->tags, FLOW_ID + k), (const uint8_t *)&e->flow_id[k][i], 8);
+    return extra_counters(at, e, row);
+}
+
+/* The most bytes a row's packet takes (`fixed`: what every packet may take beside its head,
+ * args, description and flows), or -1 where it refers outside a table. */
+static int64_t room(const struct events *e, int64_t row, int64_t fixed, int64_t per_flow)
+{
+    int64_t track = row >= 0 && row < e->rows ? e->track[row] : -1, c;
+    int64_t head = track >= 0 && track < e->tracks ? entry_size(&e->head, e->seq[track]) : -1;
+    int64_t args = e->args[row] < 0 ? 0 : entry_size(&e->arg_sets, e->args[row]);
+    int64_t desc = entry_size(&e->desc, row);
+    if (head < 0 || args < 0 || desc < 0)
+        return -1;
+    for (c = 0; c < e->counters; c++) {
+        int64_t t = e->counter_track[row * e->counters + c];
+        if (e->sampled[row * e->counters + c] && (t < 0 || t >= e->tracks))
+            return -1;
+    }
+    int64_t flows = e->flow_end[0][row] + e->flow_end[1][row]
+        - (row ? e->flow_end[0][row - 1] + e->flow_end[1][row - 1] : 0);
+    return fixed + head + args + desc + flows * per_flow;
 }
 
 /* A row's packet: Trace.packet tag and size, timestamp (the delta from its sequence's last
  * packet, which moves on), the sequence's head, TrackEvent tag and size, the event. The event
- * is written first, after room for a head whose sizes take a byte each, and moved where they
- * take more. */
-static void packet(struct writer *w, const struct events *e, int64_t row)
+ * is written first, after room for a head whose two sizes take a byte each, and moved on where
+ * they take more. */
+static uint8_t *packet(uint8_t *at, const struct events *e, int64_t row)
 {
-    int64_t track = row >= 0 && row < e->rows ? e->track[row] : -1;
-    int64_t seq = track >= 0 && track < e->tracks ? e->seq[track] : -1;
-    int64_t head = entry_size(&e->head, seq), delta = seq < 0 ? 0 : e->ts[row] - e->last[seq];
-    int64_t after_size = entry_size(&e->tags, TIMESTAMP) + varint_size((uint64_t)delta) + head
-        + entry_size(&e->tags, TRACK_EVENT), before = entry_size(&e->tags, PACKET);
-    if (head < 0 || after_size < head || before < 0) {
-        w->failed = w->failed ? w->failed : BAD;
-        return;
-    }
-    uint8_t *start = w->at;
-    if (w->failed || w->end - start < before + after_size + 2) {
-        w->failed = w->failed ? w->failed : FULL;
-        return;
-    }
-    struct writer event = {start + before + after_size + 2, w->end, FITS};
-    track_event(&event, e, row, track);
-    int64_t size = event.at - (start + before + after_size + 2);
-    int64_t inner = after_size + varint_size((uint64_t)size) + size;
+    int64_t track = e->track[row], seq = e->seq[track], delta = e->ts[row] - e->last[seq];
+    int64_t after = e->tags.size[TIMESTAMP] + varint_size((uint64_t)delta) + e->head.size[seq]
+        + e->tags.size[TRACK_EVENT];
+    uint8_t *event = at + e->tags.size[PACKET] + 1 + after + 1;
+    int64_t size = track_event(event, e, row, track) - event;
+    int64_t inner = after + varint_size((uint64_t)size) + size;
     int64_t shift = varint_size((uint64_t)size) + varint_size((uint64_t)inner) - 2;
-    if (!event.failed && shift && w->end - event.at < shift)
-        event.failed = FULL;
-    if (event.failed) {
-        w->failed = event.failed;
-        return;
-    }
     if (shift)
-        memmove(start + before + after_size + 2 + shift, start + before + after_size + 2,
-                (size_t)size);
-    struct writer h = {start, w->end, FITS};
-    put_entry(&h, &e->tags, PACKET);
-    put_varint(&h, (uint64_t)inner);
-    put_entry(&h, &e->tags, TIMESTAMP);
-    put_varint(&h, (uint64_t)delta);
-    put_entry(&h, &e->head, seq);
-    put_entry(&h, &e->tags, TRACK_EVENT);
-    put_varint(&h, (uint64_t)size);
-    w->at = h.at + size;
+        memmove(event + shift, event, (size_t)size);
+    at = put_varint(put_entry(at, &e->tags, PACKET), (uint64_t)inner);
+    at = put_field(at, e, TIMESTAMP, (uint64_t)delta);
+    at = put_entry(at, &e->head, seq);
+    at = put_field(at, e, TRACK_EVENT, (uint64_t)size);
     e->last[seq] = e->ts[row];
+    return at + size;
 }
 
 /* The packets of the layout rows `rows` (count of them) back to back into out (out_size bytes):
@@ -295,8 +271,20 @@ static void packet(struct writer *w, const struct events *e, int64_t row)
 int64_t render_events(uint8_t *out, int64_t out_size, const int64_t *rows, int64_t count,
                       const struct events *e)
 {
-    struct writer w = {out, out + out_size, FITS};
-    for (int64_t i = 0; i < count && !w.failed; i++)
-        packet(&w, e, rows[i]);
-    return w.failed ? -w.failed : w.at - out;
+    int64_t tag = longest(&e->tags), prefix = longest(&e->prefix);
+    if (tag < 0 || prefix < 0 || e->tags.count <= EXTRA_VALUE || e->prefix.count < e->counters)
+        return -2;
+    /* Three varint fields of the head, the event's type, track and name, each counter's
+     * annotation (and its size), extra track and value; the double. */
+    int64_t field = tag + 10, fixed = 6 * field + e->counters * (4 * field + prefix) + tag + 8;
+    uint8_t *at = out;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t most = room(e, rows[i], fixed, tag + 8);
+        if (most < 0)
+            return -2;
+        if (most > out + out_size - at)
+            return -1;
+        at = packet(at, e, rows[i]);
+    }
+    return at - out;
 }
