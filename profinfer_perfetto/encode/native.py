@@ -1,6 +1,7 @@
 """The compiled renderer, where scripts/setup.sh built it: render.c as _render.so beside this
 file, called through ctypes over numpy buffers (no Python C API, nothing more to install).
-Where it is absent (not built, no C compiler) wire.py copies the same bytes with numpy."""
+Where it is absent (not built, no C compiler) numpy renders the same bytes (encode/perfetto.py,
+wire.py)."""
 
 from __future__ import annotations
 

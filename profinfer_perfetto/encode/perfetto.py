@@ -21,11 +21,13 @@ description is written once per file and named by number after (DESC_ARG), count
 where a value changes, DAG flow ids from a small cycle (layout.dag_flows), the interned names
 deflated, and each sequence's packets side by side for deflate.
 
-What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event; an event's
-fields other than its counters and flows (type, track, name, args, description) rendered once
-per distinct set of them (`_bodies`: an op's on every token step) and copied from there; a
-field that few rows have costs only on those rows (`Pieces`); the packets rendered by
-render.c where scripts/setup.sh built it (encode/native.py; the same bytes as numpy's).
+What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event, nor a Python
+call per node description; where scripts/setup.sh built render.c (encode/native.py), a chunk's
+packets written by it in one pass over the rows from the layout's columns, and which counter
+samples to write and each row's flow ids found by it in one pass each. Else numpy renders the
+same bytes: an event's fields other than its counters and flows (type, track, name, args,
+description) once per distinct set of them (`_bodies`: an op's on every token step), copied
+from there, and a field that few rows have costs only on those rows (`Pieces`).
 """
 
 from __future__ import annotations
@@ -291,7 +293,7 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
         out.write(field(_PACKET, field(_COMPRESSED, compress(data))))
 
     uuids = np.array([t.uuid for t in layout.tracks], np.int64)
-    events = _Events(layout, sequences, uuids, interned.blobs, counter_iids, descs)
+    events = _Events(layout, sequences, uuids, interned.table, counter_iids, descs)
     for start in range(0, len(layout), CHUNK_ROWS):
         rendered = events.rendered(start, min(start + CHUNK_ROWS, len(layout)))
         out.write(field(_PACKET, field(_COMPRESSED, compress(rendered))))
@@ -356,8 +358,8 @@ class _Events:
     """The event packets of a layout, rendered a range of rows at a time: by render.c where this
     install built it (encode/native.py), else by numpy (`_Numpy`: the same bytes)."""
 
-    def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray,
-                 arg_blobs: list[bytes], counter_iids: list[int], descs: _Bytes) -> None:
+    def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray, args: _Bytes,
+                 counter_iids: list[int], descs: _Bytes) -> None:
         self.layout = layout
         self.seq = sequences.of_track[layout.track]
         self.used = sequences.used
@@ -378,19 +380,19 @@ class _Events:
         self.sampled = (_changes(layout.counter_track, layout.counter_value) if renderer is None
                         else renderer.changes(layout.counter_track, layout.counter_value,
                                               len(uuids)))
-        self.descs = descs
-        self._render = (_Numpy(self, arg_blobs).render if renderer is None
-                        else self._compiled(renderer, sequences, arg_blobs).render)
+        self.args, self.descs = args, descs
+        """The serialized arg sets, by arg set; the node description references, by row."""
+        self._render = (_Numpy(self).render if renderer is None
+                        else self._compiled(renderer, sequences).render)
 
-    def _compiled(self, renderer: native.Renderer, sequences: _Sequences,
-                  arg_blobs: list[bytes]) -> native.Events:
+    def _compiled(self, renderer: native.Renderer, sequences: _Sequences) -> native.Events:
         lay = self.layout
         compiled = renderer.events(native.Tables(
             _TAGS, self.counter_prefix, EventType.COUNTER, lay.ts, lay.track, lay.name, lay.args,
             lay.type, lay.value, self.descs, lay.flows,
             np.where(lay.counter_delta >= 0, lay.counter_delta, -1), lay.counter_track,
             lay.counter_value, self.sampled, sequences.of_track, self.uuid_of, self.own,
-            self.seq_head, self.last, _table(arg_blobs)))
+            self.seq_head, self.last, self.args))
         self.last = compiled.last
         return compiled
 
@@ -410,7 +412,7 @@ class _Events:
 class _Numpy:
     """The event packets of a layout rendered with numpy."""
 
-    def __init__(self, events: _Events, arg_blobs: list[bytes]) -> None:
+    def __init__(self, events: _Events) -> None:
         self.events = e = events
         layout = e.layout
         # Each event's timestamp as the delta from the previous one on its sequence (from the
@@ -428,10 +430,10 @@ class _Numpy:
         self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, k], flow_tag, len(layout))
                       for k, flow_tag in ((1, _FLOW_ID), (2, _TERMINATING_FLOW_ID))]
         own_track = np.where(e.own[layout.track], layout.track, -1)
-        self.body = _bodies(layout, own_track, e.uuid_of, _arg_table(layout.args, arg_blobs),
-                            e.descs)
+        self.body = _bodies(layout, own_track, e.uuid_of, e.args, e.descs)
 
     def render(self, rows: np.ndarray) -> bytes:
+        """The packets of `rows`, in their order."""
         return self.pieces(rows).render()[0].tobytes()
 
     def fields(self, rows: np.ndarray) -> _Fields:
@@ -508,16 +510,6 @@ def _add(p: Pieces, table: _Bytes, keys: np.ndarray, front: bool = False) -> Non
         return
     at = np.flatnonzero((keys >= 0) & (size[keys] > 0))
     p.add(source, start[keys[at]], size[keys[at]], None if len(at) == len(keys) else at, front)
-
-
-def _arg_table(args: np.ndarray, arg_blobs: list[bytes]) -> _Bytes:
-    """The serialized arg sets the rows use, back to back: each set's start and size (0 for
-    those not used)."""
-    used = np.unique(args[args >= 0])
-    source, used_start, used_size = _table([arg_blobs[i] for i in used.tolist()])
-    start, size = np.zeros(len(arg_blobs), np.int64), np.zeros(len(arg_blobs), np.int64)
-    start[used], size[used] = used_start, used_size
-    return source, start, size
 
 
 def _bodies(layout: Layout, own_track: np.ndarray, uuids: np.ndarray, args: _Bytes,
