@@ -226,7 +226,9 @@ static uint8_t *track_event(uint8_t *at, const struct events *e, int64_t row, in
  * args, description and flows), or -1 where it refers outside a table. */
 static int64_t room(const struct events *e, int64_t row, int64_t fixed, int64_t per_flow)
 {
-    int64_t track = row >= 0 && row < e->rows ? e->track[row] : -1, c;
+    if (row < 0 || row >= e->rows)
+        return -1;
+    int64_t track = e->track[row], c;
     int64_t head = track >= 0 && track < e->tracks ? entry_size(&e->head, e->seq[track]) : -1;
     int64_t args = e->args[row] < 0 ? 0 : entry_size(&e->arg_sets, e->args[row]);
     int64_t desc = entry_size(&e->desc, row);
