@@ -603,12 +603,13 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
 
 def bench_encoding(rounds: int = 5) -> dict[str, Any]:
     """write_perfetto against a naive per-event writer on one layout, in turns; the best round
-    of each (wall time: ours renders and deflates chunks on the cores it has)."""
+    of each (wall time, with the load average before and after: the machine may be shared)."""
     import io
 
     model = build(medium_recording(tokens=32))
     layout = build_layout(model)
     ours_s, ours_cpu, naive_s = [], [], []
+    load = os.getloadavg()[0]
     for _ in range(rounds):
         wall, cpu = time.perf_counter(), time.process_time()
         ours = io.BytesIO()
@@ -629,6 +630,7 @@ def bench_encoding(rounds: int = 5) -> dict[str, Any]:
         "naive_packets_per_s": round(len(layout) / min(naive_s)),
         "naive_bytes_per_packet": round(len(naive) / len(layout), 1),
         "speedup_over_naive": round((packets / min(ours_s)) / (len(layout) / min(naive_s)), 2),
+        "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],
     }
 
 

@@ -1,11 +1,13 @@
 """The compiled renderer, where scripts/setup.sh built it: render.c as _render.so beside this
 file, called through ctypes over numpy buffers (no Python C API, nothing more to install).
-Where it is absent (not built, no C compiler) wire.py copies the same bytes with numpy."""
+Where it is absent (not built, no C compiler) numpy renders the same bytes (encode/perfetto.py,
+wire.py)."""
 
 from __future__ import annotations
 
 import ctypes
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,23 +15,125 @@ import numpy.typing as npt
 
 LIBRARY = Path(__file__).with_name("_render.so")
 """Where scripts/setup.sh builds render.c."""
-ABI = 1
+ABI = 2
 """render.c's render_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
 _POINTER = ctypes.c_void_p
-_Range = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""A source buffer, and each row's start in it and size."""
+Strings = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Byte strings in one buffer: the buffer, each entry's start in it and its size."""
 
 
-class _Packets(ctypes.Structure):
-    """render.c's struct packets."""
+class _Strings(ctypes.Structure):
+    """render.c's struct strings."""
 
-    _fields_ = [("counters", _INT64), ("tags", _POINTER), ("tag_end", _POINTER),
-                ("delta", _POINTER), ("source", _POINTER * 4), ("start", _POINTER * 4),
-                ("size", _POINTER * 4), ("prefix", _POINTER), ("prefix_end", _POINTER),
-                ("count", _POINTER), ("is_counter", _POINTER), ("value", _POINTER),
-                ("track", _POINTER), ("sampled", _POINTER), ("sample", _POINTER)]
+    _fields_ = [("bytes", _POINTER), ("bytes_size", _INT64), ("count", _INT64),
+                ("start", _POINTER), ("size", _POINTER)]
+
+
+class _Events(ctypes.Structure):
+    """render.c's struct events."""
+
+    _fields_ = [("rows", _INT64), ("counters", _INT64), ("counter_type", _INT64),
+                ("tags", _Strings), ("prefix", _Strings), ("ts", _POINTER), ("track", _POINTER),
+                ("name", _POINTER), ("args", _POINTER), ("type", _POINTER), ("value", _POINTER),
+                ("desc", _Strings), ("flow_end", _POINTER * 2), ("flow_id", _POINTER * 2),
+                ("count", _POINTER),
+                ("counter_track", _POINTER), ("counter_value", _POINTER),
+                ("sampled", _POINTER), ("tracks", _INT64), ("seq", _POINTER), ("uuid", _POINTER),
+                ("own", _POINTER), ("head", _Strings), ("last", _POINTER),
+                ("arg_sets", _Strings)]
+
+
+@dataclass
+class Tables:
+    """A layout's events as render_events reads them (encode/perfetto.py's _Events says what
+    each holds)."""
+
+    tags: list[bytes]
+    """The tags render.c writes, in its order."""
+    prefixes: list[bytes]
+    """Each counter's annotation: its name and value tag."""
+    counter_type: int
+    ts: np.ndarray
+    track: np.ndarray
+    name: np.ndarray
+    args: np.ndarray
+    type: np.ndarray
+    value: np.ndarray
+    desc: Strings
+    """By row."""
+    flows: np.ndarray
+    """(flows, 3): each flow's id, the row it starts at and the row it ends at."""
+    count: np.ndarray
+    """(rows, counters), as counter_track, counter_value and sampled."""
+    counter_track: np.ndarray
+    counter_value: np.ndarray
+    sampled: np.ndarray
+    seq: np.ndarray
+    """By track, as uuid and own."""
+    uuid: np.ndarray
+    own: np.ndarray
+    head: Strings
+    """By sequence, as last (which moves on as packets are written)."""
+    last: np.ndarray
+    arg_sets: Strings
+
+
+class Events:
+    """A layout's tables handed to render.c, for its packets a chunk of rows at a time."""
+
+    def __init__(self, renderer: Renderer, tables: Tables) -> None:
+        self._function = renderer.render_events
+        self._keep: list[np.ndarray] = []  # the buffers the struct points into
+        self.last: np.ndarray = np.ascontiguousarray(tables.last, np.int64)
+        """Each sequence's last packet time, as written so far."""
+        t = tables
+        if not _fits(t):
+            raise AssertionError("the tables of one layout differ in their rows")
+        flows = [renderer.flows(t.flows[:, 0], t.flows[:, k], len(t.ts)) for k in (1, 2)]
+        self._events = _Events(
+            len(t.ts), t.count.shape[1], t.counter_type, self._joined(t.tags),
+            self._joined(t.prefixes), self._at(t.ts), self._at(t.track), self._at(t.name),
+            self._at(t.args), self._at(t.type, np.int8), self._at(t.value, "<f8"),
+            self._strings(t.desc), (_POINTER * 2)(*(self._at(end) for end, _ in flows)),
+            (_POINTER * 2)(*(self._at(ids) for _, ids in flows)),
+            self._at(t.count), self._at(t.counter_track), self._at(t.counter_value),
+            self._at(t.sampled, np.uint8), len(t.seq), self._at(t.seq), self._at(t.uuid),
+            self._at(t.own, np.uint8), self._strings(t.head), self._at(self.last),
+            self._strings(t.arg_sets))
+        self._out = np.empty(0, np.uint8)
+
+    def _at(self, values: np.ndarray, dtype: npt.DTypeLike = np.int64) -> int:
+        buffer: np.ndarray = np.ascontiguousarray(values, dtype)
+        self._keep.append(buffer)
+        return int(buffer.ctypes.data)
+
+    def _strings(self, strings: Strings) -> _Strings:
+        source, start, size = strings
+        return _Strings(self._at(source, np.uint8), len(source), len(size), self._at(start),
+                        self._at(size))
+
+    def _joined(self, parts: list[bytes]) -> _Strings:
+        size = np.array([len(p) for p in parts], np.int64)
+        return self._strings((np.frombuffer(b"".join(parts), np.uint8), np.cumsum(size) - size,
+                              size))
+
+    def render(self, rows: np.ndarray) -> bytes:
+        """The packets of `rows` (layout rows, in writing order) back to back."""
+        rows = np.ascontiguousarray(rows, np.int64)
+        last = self.last.copy()
+        while True:
+            if len(self._out) < 64 * len(rows):
+                self._out = np.empty(64 * len(rows), np.uint8)
+            size = self._function(self._out.ctypes.data, self._out.size, rows.ctypes.data,
+                                   len(rows), ctypes.byref(self._events))
+            if size >= 0:
+                return self._out[:size].tobytes()
+            if size != -1:
+                raise AssertionError("an event refers past one of its tables")
+            self.last[:] = last  # did not fit: again, into twice the room
+            self._out = np.empty(2 * len(self._out), np.uint8)
 
 
 class Renderer:
@@ -40,10 +144,17 @@ class Renderer:
         self._piece.argtypes = [_POINTER, _INT64, _POINTER, _POINTER, _INT64, _POINTER, _INT64,
                                 _POINTER, _INT64, _POINTER, _INT64]
         self._piece.restype = ctypes.c_int
-        self._packets = library.render_packets
-        self._packets.argtypes = [_POINTER, _INT64, _INT64, ctypes.POINTER(_Packets),
-                                      _POINTER]
-        self._packets.restype = _INT64
+        self.render_events = library.render_events
+        self.render_events.argtypes = [_POINTER, _INT64, _POINTER, _INT64,
+                                       ctypes.POINTER(_Events)]
+        self.render_events.restype = _INT64
+        self._flows = library.render_flows
+        self._flows.argtypes = [_POINTER, _POINTER, _POINTER, _POINTER, _INT64, _INT64]
+        self._flows.restype = ctypes.c_int
+        self._changes = library.render_changes
+        self._changes.argtypes = [_POINTER, _POINTER, _POINTER, _INT64, _INT64, _INT64, _POINTER,
+                                  _POINTER]
+        self._changes.restype = ctypes.c_int
 
     def piece(self, out: np.ndarray, next_free: np.ndarray, source: np.ndarray,
               at: np.ndarray | None, start: np.ndarray, length: np.ndarray) -> None:
@@ -61,41 +172,44 @@ class Renderer:
         if failed:
             raise AssertionError("a piece reaches past its source or the output")
 
-    def packets(self, tags: list[bytes], delta: np.ndarray, ranges: list[_Range],
-                prefixes: list[bytes], count: np.ndarray, is_counter: np.ndarray,
-                value: np.ndarray, track: np.ndarray, sampled: np.ndarray,
-                sample: np.ndarray) -> bytes:
-        """Rows' packets back to back (encode/perfetto.py's _Events.rendered says what each
-        argument holds; ranges: the sequence heads, bodies, flow ids and terminating ones)."""
-        keep = []  # the buffers the struct points into, alive until the calls return
+    def changes(self, track: np.ndarray, value: np.ndarray, tracks: int) -> np.ndarray:
+        """Which counter samples to write (encode/perfetto.py's _changes; `tracks`: how many
+        tracks there are)."""
+        track = np.ascontiguousarray(track, np.int64)
+        value = np.ascontiguousarray(value, np.int64)
+        sampled = np.empty(track.shape, bool)
+        last = np.zeros(tracks * track.shape[1], np.int64)
+        seen = np.zeros(tracks * track.shape[1], np.uint8)
+        if self._changes(sampled.ctypes.data, track.ctypes.data, value.ctypes.data,
+                         track.shape[0], track.shape[1], tracks, last.ctypes.data,
+                         seen.ctypes.data):
+            raise AssertionError("a counter sample on a track that is not one")
+        return sampled
 
-        def at(values: np.ndarray, dtype: npt.DTypeLike) -> int:
-            buffer: np.ndarray = np.ascontiguousarray(values, dtype)
-            keep.append(buffer)
-            return int(buffer.ctypes.data)
+    def flows(self, ids: np.ndarray, at: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of the flows at each of `rows` rows (flow i at row at[i]), by id within a row:
+        where each row's end, and the ids in row order."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        at = np.ascontiguousarray(at, np.int64)
+        end, ordered = np.empty(rows, np.int64), np.empty(len(ids), np.int64)
+        if self._flows(end.ctypes.data, ordered.ctypes.data, ids.ctypes.data, at.ctypes.data,
+                       len(ids), rows):
+            raise AssertionError("a flow at a row that is not one")
+        return end, ordered
 
-        def joined(parts: list[bytes]) -> tuple[int, int]:
-            return (at(np.frombuffer(b"".join(parts) or b"\0", np.uint8), np.uint8),
-                    at(np.cumsum([len(t) for t in parts], dtype=np.int64), np.int64))
+    def events(self, tables: Tables) -> Events:
+        """A layout's events, to render a chunk of rows at a time."""
+        return Events(self, tables)
 
-        for source, start, size in ranges:
-            if len(size) and (min(start.min(), size.min()) < 0
-                              or (start + size).max() > len(source)):
-                raise AssertionError("a range reaches past its source")
-        p = _Packets(count.shape[1], *joined(tags), at(delta, np.int64),
-                     (_POINTER * 4)(*(at(r[0], np.uint8) for r in ranges)),
-                     (_POINTER * 4)(*(at(r[1], np.int64) for r in ranges)),
-                     (_POINTER * 4)(*(at(r[2], np.int64) for r in ranges)), *joined(prefixes),
-                     at(count, np.int64), at(is_counter, np.uint8), at(value, "<f8"),
-                     at(track, np.int64), at(sampled, np.uint8), at(sample, np.int64))
-        rows = len(delta)
-        event = np.empty(rows, np.int64)  # each row's event size, from the first call
-        out = np.empty(self._packets(None, 0, rows, ctypes.byref(p), event.ctypes.data),
-                       np.uint8)
-        if self._packets(out.ctypes.data, out.size, rows, ctypes.byref(p),
-                         event.ctypes.data) != out.size:
-            raise AssertionError("the packets did not fill their buffer")
-        return out.tobytes()
+
+def _fits(t: Tables) -> bool:
+    """Whether the tables hold the rows, tracks and sequences render.c reads."""
+    rows, counters = len(t.ts), (len(t.ts), len(t.prefixes))
+    return ({len(a) for a in (t.track, t.name, t.args, t.type, t.value, t.desc[1], t.desc[2])}
+            == {rows} and {len(t.uuid), len(t.own)} == {len(t.seq)}
+            and {len(t.last), len(t.head[1]), len(t.head[2])} == {len(t.last)}
+            and {a.shape for a in (t.count, t.counter_track, t.counter_value, t.sampled)}
+            == {counters})
 
 
 def _steps(values: np.ndarray) -> tuple[np.ndarray, int]:

@@ -21,11 +21,13 @@ description is written once per file and named by number after (DESC_ARG), count
 where a value changes, DAG flow ids from a small cycle (layout.dag_flows), the interned names
 deflated, and each sequence's packets side by side for deflate.
 
-What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event; an event's
-fields other than its counters and flows (type, track, name, args, description) rendered once
-per distinct set of them (`_bodies`: an op's on every token step) and copied from there; a
-field that few rows have costs only on those rows (`Pieces`); the packets rendered by
-render.c where scripts/setup.sh built it (encode/native.py; the same bytes as numpy's).
+What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event, nor a Python
+call per node description; where scripts/setup.sh built render.c (encode/native.py), a chunk's
+packets written by it in one pass over the rows from the layout's columns, and which counter
+samples to write and each row's flow ids found by it in one pass each. Else numpy renders the
+same bytes: an event's fields other than its counters and flows (type, track, name, args,
+description) once per distinct set of them (`_bodies`: an op's on every token step), copied
+from there, and a field that few rows have costs only on those rows (`Pieces`).
 """
 
 from __future__ import annotations
@@ -96,6 +98,11 @@ class _Interned:
         self.annotations: dict[tuple[str, type, ArgValue], bytes] = {}
         self.blobs: list[bytes] = []
         """Each arg set of the layout tables, serialized."""
+        self.table: _Bytes = _table([])
+        """`blobs` back to back."""
+        self._filled = ((0, 0, 0), (0, 0, 0)), pb.InternedData()
+        """The entries added after a sequence saw some (`fill`), by the counts seen then and
+        now: one message for the sequences of a chunk that saw the same."""
 
     def name(self, key: str) -> int:
         return self.names.setdefault(key, len(self.names) + 1)
@@ -107,6 +114,7 @@ class _Interned:
         for args in layout.arg_sets[len(self.blobs):]:  # a loop per arg, kept lean
             self.blobs.append(b"".join([known.get((k, type(v), v)) or self.annotation(k, v)
                                         for k, v in args]))
+        self.table = _table(self.blobs)
 
     def annotation(self, key: str, value: ArgValue) -> bytes:
         """A debug annotation field; one `key: value` pair is serialized once."""
@@ -135,6 +143,14 @@ class _Interned:
 
     def fill(self, data: pb.InternedData, since: tuple[int, int, int]) -> None:
         """The entries added after a sequence saw `since` (counts of each kind)."""
+        key = since, self.seen()
+        if self._filled[0] != key:
+            self._filled = key, self._since(since)
+        if since != key[1]:
+            data.CopyFrom(self._filled[1])
+
+    def _since(self, since: tuple[int, int, int]) -> pb.InternedData:
+        data = pb.InternedData()
         for iid, name in enumerate(self.event_names[since[0]:], start=since[0] + 1):
             data.event_names.add(iid=iid, name=name)
         for key, iid in self.names.items():
@@ -142,6 +158,7 @@ class _Interned:
                 data.debug_annotation_names.add(iid=iid, name=key)
         for iid, value in enumerate(self.value_list[since[2]:], start=since[2] + 1):
             data.debug_annotation_string_values.add(iid=iid, str=value.encode())
+        return data
 
 
 @dataclass
@@ -172,9 +189,10 @@ class Written:
     interned: _Interned = dataclasses.field(default_factory=_Interned)
     sequences: dict[int, _Sequence] = dataclasses.field(default_factory=dict)
     """By the uuid of the track the sequence is for (0: the non-thread tracks)."""
-    descs: dict[int, int] = dataclasses.field(default_factory=dict)
+    descs: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     """The number (DESC_ARG) of each node description written, by its arg set (of the
-    tables' current generation): 1, 2, ... in the order the file first has them."""
+    tables' current generation; 0: none yet): 1, 2, ... in the order the file first has
+    them."""
     numbered: int = 0
     """Descriptions numbered in the file (of every generation)."""
 
@@ -193,7 +211,7 @@ class Written:
         numbers are not used again)."""
         self.interned = _Interned(generation)
         self.sequences.clear()
-        self.descs.clear()
+        self.descs = np.zeros(0, np.int64)
 
 
 class _Sequences:
@@ -275,10 +293,11 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
         out.write(field(_PACKET, field(_COMPRESSED, compress(data))))
 
     uuids = np.array([t.uuid for t in layout.tracks], np.int64)
-    events = _Events(layout, sequences, uuids, interned.blobs, counter_iids, descs)
+    events = _Events(layout, sequences, uuids, interned.table, counter_iids, descs)
     for start in range(0, len(layout), CHUNK_ROWS):
         rendered = events.rendered(start, min(start + CHUNK_ROWS, len(layout)))
         out.write(field(_PACKET, field(_COMPRESSED, compress(rendered))))
+    events.done()
     count = len(new) + len(heads) + len(layout)
     if layout.sched is not None:
         opening = not written.sched_sequence
@@ -306,111 +325,147 @@ def _table(blobs: list[bytes]) -> _Bytes:
 def _descriptions(layout: Layout, written: Written) -> _Bytes:
     """The rows' node description references: DESC_ARG with the description's number, and the
     description's args with it on the first row of the file that refers to it."""
-    interned = written.interned
     rows = np.flatnonzero(layout.desc >= 0)
-    used, first, which = np.unique(layout.desc[rows], return_index=True, return_inverse=True)
-    refs, fulls, full_rows = [], [], []
-    for desc, row in zip(used.tolist(), rows[first].tolist(), strict=True):
-        number = written.descs.get(desc)
-        if number is None:
-            written.numbered += 1
-            number = written.descs[desc] = written.numbered
-            fulls.append(interned.annotation(DESC_ARG, number) + interned.blobs[desc])
-            full_rows.append(row)
-        refs.append(interned.annotation(DESC_ARG, number))
-    source, offset, size = _table(refs + fulls)
     start, length = np.zeros(len(layout), np.int64), np.zeros(len(layout), np.int64)
-    start[rows], length[rows] = offset[which.reshape(-1)], size[which.reshape(-1)]
-    start[full_rows], length[full_rows] = offset[len(refs):], size[len(refs):]
-    return source, start, length
+    if not len(rows):
+        return np.zeros(0, np.uint8), start, length
+    used, first, which = np.unique(layout.desc[rows], return_index=True, return_inverse=True)
+    number = written.descs = np.append(
+        written.descs, np.zeros(len(layout.arg_sets) - len(written.descs), np.int64))
+    is_new = number[used] == 0
+    new = used[is_new]
+    number[new] = written.numbered + 1 + np.arange(len(new))
+    written.numbered += len(new)
+    # Each used description's reference, then each new one's with its args.
+    numbers = number[np.concatenate([used, new])]
+    prefix = _ANNOTATION_NAME + varint(written.interned.name(DESC_ARG)) + _INT_VALUE
+    p = Pieces(len(numbers))
+    p.varint(_ANNOTATION, len(prefix) + varint_sizes(numbers))
+    p.constant(prefix)
+    p.varint(b"", numbers)
+    full = len(used) + np.arange(len(new))
+    source, blob_start, blob_size = written.interned.table
+    p.add(source, blob_start[new], blob_size[new], full)
+    data, end = p.render()
+    size = np.diff(end, prepend=0)
+    start[rows], length[rows] = (end - size)[which.reshape(-1)], size[which.reshape(-1)]
+    full_rows = rows[first[is_new]]
+    start[full_rows], length[full_rows] = (end - size)[full], size[full]
+    return data, start, length
 
 
 class _Events:
-    """The event packets of a layout, rendered a range of rows at a time."""
+    """The event packets of a layout, rendered a range of rows at a time: by render.c where this
+    install built it (encode/native.py), else by numpy (`_Numpy`: the same bytes)."""
 
-    def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray,
-                 arg_blobs: list[bytes], counter_iids: list[int], descs: _Bytes) -> None:
+    def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray, args: _Bytes,
+                 counter_iids: list[int], descs: _Bytes) -> None:
         self.layout = layout
         self.seq = sequences.of_track[layout.track]
+        self.used = sequences.used
         size = max(seq.id for seq, _ in sequences.used) + 1
         default = np.full(size, -1, np.int64)
-        last = np.zeros(size, np.int64)
+        self.last = np.zeros(size, np.int64)
+        """Each sequence's last packet time (as the packets rendered so far leave it)."""
         for seq, track in sequences.used:
-            default[seq.id], last[seq.id] = track, seq.last_ts
-        own_track = layout.track != default[self.seq]
+            default[seq.id], self.last[seq.id] = track, seq.last_ts
         self.uuid_of = uuids
+        self.own = np.arange(len(uuids)) != default[sequences.of_track]
+        """By track: not its sequence's default track (its events name it)."""
+        # What a packet on a sequence starts with after its timestamp: the sequence id, flags.
+        self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)])
+        self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE
+                               for iid in counter_iids]
+        renderer = native.RENDERER
+        self.sampled = (_changes(layout.counter_track, layout.counter_value) if renderer is None
+                        else renderer.changes(layout.counter_track, layout.counter_value,
+                                              len(uuids)))
+        self.args, self.descs = args, descs
+        """The serialized arg sets, by arg set; the node description references, by row."""
+        self._render = (_Numpy(self).render if renderer is None
+                        else self._compiled(renderer, sequences).render)
+
+    def _compiled(self, renderer: native.Renderer, sequences: _Sequences) -> native.Events:
+        lay = self.layout
+        compiled = renderer.events(native.Tables(
+            _TAGS, self.counter_prefix, EventType.COUNTER, lay.ts, lay.track, lay.name, lay.args,
+            lay.type, lay.value, self.descs, lay.flows,
+            np.where(lay.counter_delta >= 0, lay.counter_delta, -1), lay.counter_track,
+            lay.counter_value, self.sampled, sequences.of_track, self.uuid_of, self.own,
+            self.seq_head, self.last, self.args))
+        self.last = compiled.last
+        return compiled
+
+    def rendered(self, a: int, b: int) -> bytes:
+        """The packets of rows a to b, in writing order: each sequence's packets together, in
+        time order (as Perfetto's tracing service writes a sequence's packets in chunks): a
+        sequence's packets are much alike, so deflate finds more in a row of them than among
+        the threads' packets in time order."""
+        return self._render(a + _stable_order(self.seq[a:b]))
+
+    def done(self) -> None:
+        """Each sequence's last packet time, for the packets of a next part."""
+        for seq, _ in self.used:
+            seq.last_ts = int(self.last[seq.id])
+
+
+class _Numpy:
+    """The event packets of a layout rendered with numpy."""
+
+    def __init__(self, events: _Events) -> None:
+        self.events = e = events
+        layout = e.layout
         # Each event's timestamp as the delta from the previous one on its sequence (from the
         # sequence's last one for the first).
-        order = _stable_order(self.seq)
+        order = _stable_order(e.seq)
         ts = layout.ts[order].astype(np.int64)
-        seq = self.seq[order]
+        seq = e.seq[order]
         first = np.flatnonzero(np.diff(seq, prepend=-1))
         previous = np.concatenate([[0], ts[:-1]])
-        previous[first] = last[seq[first]]
+        previous[first] = e.last[seq[first]]
         self.delta = np.empty_like(ts)
         self.delta[order] = ts - previous
         ends = np.append(first[1:], len(seq))[:len(first)] - 1  # each sequence's last
-        for seq_state, _ in sequences.used:
-            at = np.searchsorted(seq[ends], seq_state.id) if len(seq) else 0
-            if at < len(ends) and seq[ends[at]] == seq_state.id:
-                seq_state.last_ts = int(ts[ends[at]])
-        # What a packet on a sequence starts with after its timestamp: the sequence id, flags.
-        self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)])
-        self.body = _bodies(layout, np.where(own_track, layout.track, -1), uuids,
-                            _arg_table(layout.args, arg_blobs), descs)
-        self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE for iid in counter_iids]
-        self.sampled = _changes(layout.counter_track, layout.counter_value)
-        self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, 1], _FLOW_ID, len(layout)),
-                      _flow_table(layout.flows[:, 0], layout.flows[:, 2], _TERMINATING_FLOW_ID,
-                                  len(layout))]
+        e.last[seq[ends]] = ts[ends]
+        self.flows = [_flow_table(layout.flows[:, 0], layout.flows[:, k], flow_tag, len(layout))
+                      for k, flow_tag in ((1, _FLOW_ID), (2, _TERMINATING_FLOW_ID))]
+        own_track = np.where(e.own[layout.track], layout.track, -1)
+        self.body = _bodies(layout, own_track, e.uuid_of, e.args, e.descs)
 
-    def rendered(self, a: int, b: int) -> bytes:
-        """The packets of rows a to b, by the compiled renderer where this install has one, else
-        by numpy (the same bytes)."""
-        renderer = native.RENDERER
-        if renderer is None:
-            return self.pieces(a, b).render()[0].tobytes()
-        f = self.fields(a, b)
-        tables = [(self.seq_head, self.seq[f.rows]), (self.body, f.rows), (self.flows[0], f.rows),
-                  (self.flows[1], f.rows)]
-        return renderer.packets(
-            _TAGS, self.delta[f.rows], [(t[0], t[1][k], t[2][k]) for t, k in tables],
-            self.counter_prefix, f.count, f.is_counter, self.layout.value[f.rows], f.track,
-            f.sampled, f.sample)
+    def render(self, rows: np.ndarray) -> bytes:
+        """The packets of `rows`, in their order."""
+        return self.pieces(rows).render()[0].tobytes()
 
-    def fields(self, a: int, b: int) -> _Fields:
-        """What the packets of rows a to b hold beside the tables' bytes, in writing order: each
-        sequence's packets together, in time order (as Perfetto's tracing service writes a
-        sequence's packets in chunks): a sequence's packets are much alike, so deflate finds
-        more in a row of them than among the threads' packets in time order."""
-        lay = self.layout
-        rows = a + _stable_order(self.seq[a:b])
+    def fields(self, rows: np.ndarray) -> _Fields:
+        """What the packets of `rows` hold beside the tables' bytes."""
+        e = self.events
+        lay = e.layout
         has_args = (lay.args[rows] >= 0)[:, None]
         delta = lay.counter_delta[rows]
         # trace_processor reads an event's extra counter values up to the first 0, so a 0 is
         # not written; nor is a value its track already holds. An event that leaves out one of
         # its default tracks' values names the tracks of the others.
         track = lay.counter_track[rows]
-        sampled = self.sampled[rows]
+        sampled = e.sampled[rows]
         named = ((track >= 0) & ~sampled).any(1)[:, None] & sampled
         return _Fields(rows, np.where(has_args & (delta >= 0), delta, -1),
                        lay.type[rows] == EventType.COUNTER,
-                       np.where(named, self.uuid_of[np.maximum(track, 0)], -1), sampled,
+                       np.where(named, e.uuid_of[np.maximum(track, 0)], -1), sampled,
                        lay.counter_value[rows])
 
-    def pieces(self, a: int, b: int) -> Pieces:
-        """The packets of rows a to b, to render with numpy (`fields` says in which order)."""
-        f = self.fields(a, b)
-        rows = f.rows
+    def pieces(self, rows: np.ndarray) -> Pieces:
+        """The packets of `rows`, in their order."""
+        e = self.events
+        f = self.fields(rows)
         p = Pieces(len(rows))
         _add(p, self.body, rows)
-        for c, prefix in enumerate(self.counter_prefix):
+        for c, prefix in enumerate(e.counter_prefix):
             at = np.flatnonzero(f.count[:, c] >= 0)
             p.varint(_ANNOTATION, len(prefix) + varint_sizes(f.count[at, c]), at)
             p.constant(prefix, at)
             p.varint(b"", f.count[at, c], at)
         at = np.flatnonzero(f.is_counter)
-        p.fixed64(_DOUBLE_COUNTER, self.layout.value[rows[at]], at)
+        p.fixed64(_DOUBLE_COUNTER, e.layout.value[rows[at]], at)
         for flows in self.flows:
             _add(p, flows, rows)
         for c in range(f.track.shape[1]):
@@ -423,7 +478,7 @@ class _Events:
         # tag and packet size, timestamp, sequence id and flags, TrackEvent tag and size, the
         # event.
         p.varint(_TRACK_EVENT, p.sizes(), front=True)
-        _add(p, self.seq_head, self.seq[rows], front=True)
+        _add(p, e.seq_head, e.seq[rows], front=True)
         p.varint(_TIMESTAMP, self.delta[rows], front=True)
         p.varint(_PACKET, p.sizes(), front=True)
         return p
@@ -455,16 +510,6 @@ def _add(p: Pieces, table: _Bytes, keys: np.ndarray, front: bool = False) -> Non
         return
     at = np.flatnonzero((keys >= 0) & (size[keys] > 0))
     p.add(source, start[keys[at]], size[keys[at]], None if len(at) == len(keys) else at, front)
-
-
-def _arg_table(args: np.ndarray, arg_blobs: list[bytes]) -> _Bytes:
-    """The serialized arg sets the rows use, back to back: each set's start and size (0 for
-    those not used)."""
-    used = np.unique(args[args >= 0])
-    source, used_start, used_size = _table([arg_blobs[i] for i in used.tolist()])
-    start, size = np.zeros(len(arg_blobs), np.int64), np.zeros(len(arg_blobs), np.int64)
-    start[used], size[used] = used_start, used_size
-    return source, start, size
 
 
 def _bodies(layout: Layout, own_track: np.ndarray, uuids: np.ndarray, args: _Bytes,
@@ -568,6 +613,6 @@ _FLOW_ID = tag(pb.TrackEvent, "flow_ids")
 _TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids")
 _EXTRA_TRACK = tag(pb.TrackEvent, "extra_counter_track_uuids")
 _EXTRA_VALUE = tag(pb.TrackEvent, "extra_counter_values")
-_TAGS = [_PACKET, _TIMESTAMP, _TRACK_EVENT, _ANNOTATION, _DOUBLE_COUNTER, _EXTRA_TRACK,
-         _EXTRA_VALUE]
+_TAGS = [_PACKET, _TIMESTAMP, _TRACK_EVENT, _TYPE, _TRACK_UUID, _NAME_IID, _ANNOTATION,
+         _DOUBLE_COUNTER, _FLOW_ID, _TERMINATING_FLOW_ID, _EXTRA_TRACK, _EXTRA_VALUE]
 """The tags the compiled renderer writes, in render.c's order."""

@@ -19,8 +19,14 @@ from profinfer_perfetto.encode import native
 WIRE_VARINT, WIRE_FIXED64, WIRE_BYTES = 0, 1, 2
 
 
+_BYTE = [bytes([i]) for i in range(0x80)]
+"""The varints of one byte."""
+
+
 def varint(n: int) -> bytes:
     """One varint; negative numbers as their two's complement (10 bytes), as protobuf does."""
+    if 0 <= n < 0x80:
+        return _BYTE[n]
     n &= (1 << 64) - 1
     out = bytearray()
     while n >= 0x80:

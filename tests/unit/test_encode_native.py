@@ -1,18 +1,23 @@
 """The compiled renderer (encode/render.c) writes the same bytes as the numpy one (a piece at a
-time, and whole packets), and the encoder falls back to numpy where the library is absent."""
+time, and whole traces: one layout, and a run streamed in chunks whose tables start over), and
+the encoder falls back to numpy where the library is absent."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from profinfer_perfetto.encode import native, perfetto
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.encode.stream import TraceStream
 from profinfer_perfetto.encode.wire import Pieces
+from profinfer_perfetto.model import layout
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic
@@ -35,6 +40,17 @@ def _trace() -> bytes:
     out = io.BytesIO()
     write_perfetto(build_layout(build(synthetic.recording())), out)
     return out.getvalue()
+
+
+def _streamed(path: Path) -> bytes:
+    """A run written in chunks as it is captured, its tables starting over every few."""
+    rec = synthetic.decode_run(3, steps=30)
+    stream = TraceStream(path)
+    for drained in synthetic.drains(rec, 12):
+        assert stream(drained, dataclasses.replace(rec.run, status="running")) is None
+    stream.finish(rec)
+    assert stream.tables.generation > 1
+    return path.read_bytes()
 
 
 def _pieces() -> Pieces:
@@ -65,6 +81,16 @@ def test_both_renderers_write_the_same_trace(renderer: native.Renderer, chunk_ro
         assert np.array_equal(a, b)
 
 
+def test_both_renderers_write_the_same_streamed_trace(renderer: native.Renderer, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk's packets go on with its sequences' clocks and numbered descriptions."""
+    monkeypatch.setattr(layout, "MAX_TABLE", 40)
+    monkeypatch.setattr(native, "RENDERER", None)
+    by_numpy = _streamed(tmp_path / "numpy.pftrace")
+    monkeypatch.setattr(native, "RENDERER", renderer)
+    assert _streamed(tmp_path / "compiled.pftrace") == by_numpy
+
+
 def test_a_missing_or_other_library_leaves_numpy_to_render(tmp_path: Path) -> None:
     assert native.load(tmp_path / "_render.so") is None
     (tmp_path / "not-a-library.so").write_bytes(b"not an ELF file")
@@ -86,15 +112,53 @@ def test_a_piece_past_its_source_is_refused(renderer: native.Renderer) -> None:
                        np.array([0, 0]), np.array([2, 2]))
 
 
-def test_a_packet_range_past_its_source_is_refused(renderer: native.Renderer) -> None:
-    one = np.zeros(1, np.int64)
-    good = (np.zeros(4, np.uint8), one, one + 4)
-    bad = (np.zeros(4, np.uint8), one + 1, one + 4)
-    for ranges in ([good, good, good, bad], [bad, good, good, good]):
+def _tables(**changed: Any) -> native.Tables:
+    """One row's tables, a slice begin on its sequence's default track, with `changed`."""
+    one, zero = np.ones(1, np.int64), np.zeros(1, np.int64)
+    empty: native.Strings = (np.zeros(0, np.uint8), zero, zero)
+    none = np.zeros((1, 0), np.int64)
+    tables = native.Tables(perfetto._TAGS, [], 4, one, zero, zero - 1, zero - 1, one, zero * 1.0,
+                           empty, np.zeros((0, 3), np.int64), none, none, none, none.astype(bool),
+                           zero, one,
+                           np.zeros(1, bool), (np.frombuffer(b"PQ", np.uint8), zero, one + 1),
+                           zero, (np.zeros(0, np.uint8), zero[:0], zero[:0]))
+    return dataclasses.replace(tables, **changed)
+
+
+def test_an_entry_past_its_table_is_refused(renderer: native.Renderer) -> None:
+    one = np.ones(1, np.int64)
+    row = np.zeros(1, np.int64)
+    past = (np.zeros(4, np.uint8), one, one + 3)
+    event = perfetto._TYPE + b"\x01"
+    assert renderer.events(_tables()).render(row) == (
+        perfetto._PACKET + b"\x08" + perfetto._TIMESTAMP + b"\x01PQ" + perfetto._TRACK_EVENT
+        + b"\x02" + event)
+    for bad in ({"desc": past}, {"head": past}, {"track": one}, {"args": one}):
         with pytest.raises(AssertionError):
-            renderer.packets([b"\n"] * 7, one, ranges, [], np.zeros((1, 0), np.int64),
-                             np.zeros(1, bool), np.zeros(1), np.zeros((1, 0), np.int64),
-                             np.zeros((1, 0), bool), np.zeros((1, 0), np.int64))
-    assert renderer.packets([b"\n"] * 7, one, [good] * 4, [], np.zeros((1, 0), np.int64),
-                            np.zeros(1, bool), np.zeros(1), np.zeros((1, 0), np.int64),
-                            np.zeros((1, 0), bool), np.zeros((1, 0), np.int64))
+            renderer.events(_tables(**bad)).render(row)
+    with pytest.raises(AssertionError):
+        renderer.events(_tables()).render(row + 1)
+    with pytest.raises(AssertionError):  # rows that one table has and another not
+        renderer.events(_tables(ts=np.ones(2, np.int64)))
+
+
+def test_both_pick_the_same_counter_samples(renderer: native.Renderer) -> None:
+    """A sample is written where it is not 0 and its track's sample before (in row order, each
+    column apart) differs or there is none."""
+    rng = np.random.default_rng(2)
+    track = rng.integers(-1, 4, (500, 3))
+    value = rng.integers(0, 3, (500, 3))
+    assert np.array_equal(renderer.changes(track, value, 4), perfetto._changes(track, value))
+    with pytest.raises(AssertionError):
+        renderer.changes(track, value, 3)
+
+
+def test_both_order_the_flows_of_a_row_by_id(renderer: native.Renderer) -> None:
+    rng = np.random.default_rng(3)
+    ids, at = rng.integers(0, 16, 300), rng.integers(0, 40, 300)
+    end, ordered = renderer.flows(ids, at, 50)
+    order = np.lexsort((ids, at))
+    assert np.array_equal(ordered, ids[order])
+    assert np.array_equal(end, np.searchsorted(at[order], np.arange(50), side="right"))
+    with pytest.raises(AssertionError):
+        renderer.flows(ids, at, 39)
