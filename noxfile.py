@@ -29,8 +29,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit tests, then integration tests with real probes (needs root and scripts/setup.sh)."""
-    session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+    """Unit tests, then integration tests with real probes (needs root and scripts/setup.sh);
+    the slowest 25 named at the end (the suite keeps to a budget of 30 minutes)."""
+    session.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25",
+                *session.posargs)
 
 
 def _fuzz_tests(session: nox.Session) -> list[str]:
