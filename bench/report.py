@@ -93,6 +93,20 @@ def _write_md(w: Any) -> list[str]:
                     f"{w['share_of_capture']:.0%} (target 10 %)", str(w["bytes_per_event"])]])
 
 
+def _after_md(a: Any) -> list[str]:
+    def each(values: list[float], form: str) -> str:
+        return " ".join(format(v, form) for v in values)
+
+    setups = {k: v for k, v in a.items() if isinstance(v, dict)}
+    return _table([f"record's default, tiny-llama {a['tokens']} tokens (load "
+                   f"{a['load_before']:.1f} before, {a['load_after']:.1f} after)",
+                   "trace written s after the run, each round", "share of the capture",
+                   "capture s", "events/s", "target eval tokens/s"],
+                  [[name, each(r["after_s"], ".2f"), each(r["share_of_capture"], ".0%"),
+                    each(r["capture_s"], ".1f"), each(r["events_per_s"], ",d"),
+                    each(r["eval_tokens_s"], ".1f")] for name, r in setups.items()])
+
+
 def _windows_md(results: Any) -> list[str]:
     return _table(["recorder attached for whole 6 s windows, one long generation",
                    "decode step slowdown (median, 95 % CI)", "each window", "plain step ms"],
@@ -145,7 +159,8 @@ def _gate_md(results: Any) -> list[str]:
 SECTIONS: dict[str, Callable[[Any], list[str]]] = {
     "query": _query_md, "overhead": _overhead_md, "steps": _steps_md, "memory": _capture_md,
     "server": _capture_md, "capacity": _capacity_md, "encoding": _encoding_md,
-    "writer": _writer_md, "write": _write_md, "windows": _windows_md, "one-trap": _one_trap_md,
+    "writer": _writer_md, "write": _write_md, "after": _after_md, "windows": _windows_md,
+    "one-trap": _one_trap_md,
     "calibrate": _calibrate_md, "gate": _gate_md,
 }
 """Each benchmark's table(s), in the page's order."""

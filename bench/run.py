@@ -33,6 +33,10 @@ writer  the streamed writer's CPU per event (what `record --stream` spends besid
 write   record's after-run write (spilled records read back, modelled, laid out, encoded,
         deflated, written) against the capture's duration: a tiny-llama recording (2 threads)
         tiled in time to 10 s of capture at a busy server's 300 k events/s.
+after   record's default with a real target (tiny-llama, 10,000 tokens, 1 thread pinned to one
+        vCPU and 2 threads, in turns): the time from the run's end to the whole trace, by the
+        follower at idle priority and by the old after-run write (PROFINFER_FOLLOWER=off),
+        against the capture's duration, and the target's eval tokens/s under each.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
         Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
         on Gemma-3-270M; and the `roofline` verdicts of Gemma-3-270M's decode matmuls recorded
@@ -62,6 +66,7 @@ from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.spill import Spill, spill_path
+from profinfer_perfetto.encode.follow import OFF_ENV
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import TraceStream, write_trace
@@ -601,6 +606,50 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
             "bytes_per_event": round(size / events, 2)}
 
 
+def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
+    """One real `record` (the CLI) of a tiny-llama generation, with its follower or with the
+    trace written after the run (PROFINFER_FOLLOWER=off): how long the trace took after the run
+    ended and the capture's length (record's summary), and the target's own eval tokens/s."""
+    import re
+    import sys
+
+    command = completion("tiny-llama", tokens, threads, "--ignore-eos", "--context-shift", "-c",
+                         "256")
+    if threads == 1:  # the target on one vCPU: the other is free for the follower
+        command += ["-C", hex(1 << max(os.sched_getaffinity(0))), "--cpu-strict", "1"]
+    env = {**os.environ, OFF_ENV: "on" if follower else "off"}
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
+                               str(Path(tmp) / "after.pftrace"), "--", *command], env=env,
+                              capture_output=True, text=True, errors="replace", check=True)
+    took = re.search(r"trace written ([\d.]+) s after the run", done.stdout)
+    speed = re.search(r"\s eval time =.*?([\d.]+) tokens per second", done.stderr)
+    assert took is not None and speed is not None, done.stdout + done.stderr
+    said = _recorder_said(done.stdout)
+    return {"after_s": float(took.group(1)), "capture_s": said["capture_s"],
+            "events": said["events"], "eval_tokens_s": float(speed.group(1))}
+
+
+def bench_after(tokens: int = 10_000, rounds: int = 2) -> dict[str, Any]:
+    """record's default: the trace's completion after the run, its follower at idle priority
+    against the old after-run write, and the target's speed under each (in turns)."""
+    results: dict[str, Any] = {"tokens": tokens, "load_before": os.getloadavg()[0]}
+    for threads in (1, 2):
+        runs: dict[str, list[dict[str, float]]] = {"follower": [], "after-run": []}
+        for _ in range(rounds):
+            for mode in runs:
+                runs[mode].append(_after(threads, tokens, mode == "follower"))
+        for mode, said in runs.items():
+            results[f"{threads} threads, {mode}"] = {
+                "after_s": [r["after_s"] for r in said],
+                "share_of_capture": [round(r["after_s"] / r["capture_s"], 3) for r in said],
+                "capture_s": [r["capture_s"] for r in said],
+                "events_per_s": [round(r["events"] / r["capture_s"]) for r in said],
+                "eval_tokens_s": [r["eval_tokens_s"] for r in said]}
+    results["load_after"] = os.getloadavg()[0]
+    return results
+
+
 def bench_encoding(rounds: int = 5) -> dict[str, Any]:
     """write_perfetto against a naive per-event writer on one layout, in turns; the best round
     of each (wall time, with the load average before and after: the machine may be shared)."""
@@ -700,6 +749,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "encoding": bench_encoding,
     "writer": bench_writer,
     "write": bench_write,
+    "after": bench_after,
     "query": bench_query,
     "gate": lambda: bench_gate(completion),
     "calibrate": bench_calibrate,

@@ -230,8 +230,12 @@ class Drains:
                 yield Drained(**{name: self._read(name, count)
                                  for name, count in zip(self.dtypes, row, strict=True)})
         finally:
-            for file in self.files.values():
-                file.close()
+            self.close()
+
+    def close(self) -> None:
+        """Let the files go (iterating them whole does)."""
+        for file in self.files.values():
+            file.close()
 
     def _read(self, name: str, count: int) -> np.ndarray:
         size = count * self.dtypes[name].itemsize
@@ -241,9 +245,10 @@ class Drains:
         return np.frombuffer(data, self.dtypes[name])
 
 
-def read_drains(folder: Path, dtypes: dict[str, np.dtype]) -> Drains:
-    """The drains written whole to a records folder, in order: those its index has but the data
-    files lack (cut short) are left out, and counted."""
+def read_drains(folder: Path, dtypes: dict[str, np.dtype], after: int = 0) -> Drains:
+    """The drains written whole to a records folder, in order, but its first `after` (read
+    before, from a folder a recorder still writes): those its index has but the data files lack
+    (cut short) are left out, and counted."""
     rows = _index(folder, len(dtypes))
     files: dict[str, io.BufferedReader] = {}
     try:
@@ -260,11 +265,17 @@ def read_drains(folder: Path, dtypes: dict[str, np.dtype]) -> Drains:
             raise ProfinferError(f"{folder / short}.bin holds fewer records than {INDEX_FILE} "
                                  "says even for the first drain: the folder was changed after "
                                  "the recorder wrote it")
+        if after > whole:
+            raise ProfinferError(f"{folder} holds fewer drains than were read from it: the "
+                                 "folder was changed while it was read")
+        for (name, file), skipped in zip(files.items(), rows[:after].sum(axis=0).tolist(),
+                                         strict=True):
+            file.seek(skipped * dtypes[name].itemsize)
     except BaseException:
         for file in files.values():
             file.close()
         raise
-    return Drains(folder, files, dtypes, rows[:whole], len(rows) - whole)
+    return Drains(folder, files, dtypes, rows[after:whole], len(rows) - whole)
 
 
 def _index(folder: Path, kinds: int) -> np.ndarray:
@@ -399,6 +410,11 @@ def _sync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def run_json(run: Run) -> str:
+    """`run` as JSON, as RUN_FILE holds it (keys sorted: runs that are alike read alike)."""
+    return json.dumps(_plain(run), sort_keys=True)
 
 
 def _plain(value: Any) -> Any:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import os
 import sys
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +29,7 @@ from profinfer_perfetto.capture.sched import sched_text
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.spill import Spill, make_durable, spill_path
 from profinfer_perfetto.encode.chrome import write_chrome_json
+from profinfer_perfetto.encode.follow import Follower, noted
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, write_trace
@@ -247,22 +249,46 @@ class RecordCommand:
         return self._timed(report_written(stream))
 
     def _spilled(self, probe_plan: ProbePlan | None) -> int:
-        """Keep the run's records on disk as they come, and write the trace from them, chunk by
-        chunk, when it ends (the default: flat memory, nothing beside the target but writing
-        the records)."""
+        """Keep the run's records on disk as they come (the default: flat memory, nothing beside
+        the target but writing them) while a follower at idle priority writes the trace from
+        them; where there is none, or it fails, write the trace from them when the run ends."""
         spill = Spill(spill_path(self.output), len(self.request.counters))
+        follower = ("no follower with --sched or --aggregate" if self.request.sched
+                    or self.request.selection.aggregate
+                    else Follower.start(spill.folder, len(self.request.counters)))
         try:
             recording = record(self.request, probe_plan, self._attached, spill)
             if (failed := spill.finish()) is not None:
                 raise ProfinferError(f"{failed}: no trace written")
-            drains = spill.drains()
-            stream = write_trace(self.output, drains, noted(recording, drains.notes))
-            make_durable(stream.files)
+            ended = time.monotonic()
+            followed = (follower.finish(recording.run, self.output)
+                        if isinstance(follower, Follower) else None)
+            stream = None if followed is not None else self._after(spill, recording)
+            took = time.monotonic() - ended
         except BaseException as exc:
+            if isinstance(follower, Follower):
+                follower.stop()
             self._keep(spill, exc)
             raise
         spill.remove()
-        return self._timed(report_written(stream))
+        if followed is None:
+            assert stream is not None
+            totals = report_written(stream)
+            how = "from its records, " + (follower if isinstance(follower, str)
+                                          else "its follower having failed")
+        else:
+            totals = followed.totals
+            print(summary(totals, followed.last, self.output, followed.packets, "packets"))
+            how = followed.how()
+        print(f"  trace written {took:.2f} s after the run, {how}")
+        return self._timed(totals)
+
+    def _after(self, spill: Spill, recording: Recording) -> TraceStream:
+        """The trace written from the run's records once it ended."""
+        drains = spill.drains()
+        stream = write_trace(self.output, drains, noted(recording, drains.notes))
+        make_durable(stream.files)
+        return stream
 
     def _timed(self, totals: RunTotals) -> int:
         """Bad input found once the run is written: --gpu-timestamps where no device ran."""
@@ -339,11 +365,6 @@ def _check_modes(rotation: Rotation | None, stream: bool | None, json: bool, sch
         raise ProfinferError("give either a command to run (after --) or --pid, not both")
     if ring_pages <= 0 or ring_pages & (ring_pages - 1):
         raise ProfinferError(f"--ring-pages must be a power of two, not {ring_pages}")
-
-
-def noted(recording: Recording, notes: list[str]) -> Recording:
-    """The recording with `notes` added to its run's."""
-    return replace(recording, run=replace(recording.run, notes=[*recording.run.notes, *notes]))
 
 
 def report_written(stream: TraceStream) -> RunTotals:
