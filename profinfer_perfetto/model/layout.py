@@ -255,7 +255,10 @@ class _Rows:
         columns = {"ts": ts, "type": type, "track": track, "name": name, "args": args,
                    "desc": desc, "value": value, "key": key}
         for f in self._FIELDS:
-            self._parts[f].append(np.broadcast_to(np.asarray(columns[f]), n))
+            column = np.asarray(columns[f])
+            self._parts[f].append(column if column.shape == (n,) else
+                                  np.full(n, column) if column.ndim == 0 else
+                                  np.broadcast_to(column, n))
         rows = np.arange(self.count, self.count + n)
         self.count += n
         return rows
