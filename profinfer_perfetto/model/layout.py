@@ -54,6 +54,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
+from profinfer_perfetto.model.records import copied, whole
 from profinfer_perfetto.model.trace_model import Ops, Routing, TraceModel, step_batches
 from profinfer_perfetto.model.work import op_work, role
 
@@ -177,11 +178,11 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     return tuple(args)
 
 
-def _content(record: np.void) -> bytes:
-    """A NODE record's bytes but its time."""
-    same = record.copy()
-    same["ts"] = 0
-    return same.tobytes()
+def _contents(raw: np.ndarray) -> np.ndarray:
+    """NODE records' bytes but their times (an item's `.tobytes()`)."""
+    blank = copied(raw)
+    blank["ts"] = 0
+    return whole(blank)
 
 
 def _experts_text(routing: Routing) -> str:
@@ -244,6 +245,7 @@ class _Rows:
 
     def __init__(self) -> None:
         self._parts: dict[str, list[np.ndarray]] = {f: [] for f in self._FIELDS}
+        self._sizes: list[int] = []
         self.count = 0
 
     def add(self, ts: npt.ArrayLike, type: EventType, track: npt.ArrayLike, *,
@@ -255,10 +257,10 @@ class _Rows:
         columns = {"ts": ts, "type": type, "track": track, "name": name, "args": args,
                    "desc": desc, "value": value, "key": key}
         for f in self._FIELDS:
-            column = np.asarray(columns[f])
-            self._parts[f].append(column if column.shape == (n,) else
-                                  np.full(n, column) if column.ndim == 0 else
-                                  np.broadcast_to(column, n))
+            column = np.asarray(columns[f])  # one value for all the rows is spread in _column
+            self._parts[f].append(column if column.ndim == 0 or column.shape == (n,)
+                                  else np.broadcast_to(column, n))
+        self._sizes.append(n)
         rows = np.arange(self.count, self.count + n)
         self.count += n
         return rows
@@ -276,12 +278,24 @@ class _Rows:
 
     def ordered(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The columns in writing order, and each row id's position in it."""
-        cols = {f: np.concatenate(self._parts[f]) if self._parts[f] else np.empty(0)
-                for f in self._FIELDS}
+        cols = {f: self._column(f) for f in self._FIELDS}
         order = np.lexsort((cols["key"], cols["type"] != EventType.SLICE_END, cols["ts"]))
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
         return {f: c[order] for f, c in cols.items()}, rank
+
+    def _column(self, field: str) -> np.ndarray:
+        """A field's values of all rows, in the order they were added (the type of their
+        concatenation)."""
+        parts = self._parts[field]
+        if not parts:
+            return np.empty(0)
+        column = np.empty(self.count, np.result_type(*(p.dtype for p in parts)))
+        at = 0
+        for part, n in zip(parts, self._sizes, strict=True):
+            column[at:at + n] = part
+            at += n
+        return column
 
 
 MAX_TABLE = 1 << 16
@@ -342,6 +356,7 @@ class _LayoutBuilder:
         tables.start_layout()
         self.strings, self.arg_set = tables.string, tables.arg_set
         self.rows = _Rows()
+        self.contents = _contents(model.nodes.raw)
         self.tracks = [Track(1, TrackKind.PROCESS, model.run.process_name)]
 
     def track(self, track: Track) -> int:
@@ -533,9 +548,9 @@ class _LayoutBuilder:
         """The name and description ids of a node (or fused pair) by what its descriptors say
         (a descriptor sent again unchanged is described once)."""
         model = self.model
-        raw = model.nodes.raw
         layer = model.nodes.layer
-        content = (_content(raw[node]), b"" if fused < 0 else _content(raw[fused]),
+        content = (self.contents[node].tobytes(),
+                   b"" if fused < 0 else self.contents[fused].tobytes(),
                    int(layer[node]), int(layer[fused]) if fused >= 0 else -1)
         known = self.tables.contents.get(content)
         if known is None:

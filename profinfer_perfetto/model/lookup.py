@@ -45,6 +45,8 @@ def latest(group: np.ndarray, at: np.ndarray, q_group: np.ndarray, q_at: np.ndar
     """For each query (q_group, q_at), the index of the entry of the same group with the
     greatest `at` no later than q_at (`before`: earlier than it), the last one of equals; -1
     for none."""
+    if len(q_group) == 0:
+        return np.full(0, -1, np.int64)
     return Latest(group, at).find(q_group, q_at, before)
 
 

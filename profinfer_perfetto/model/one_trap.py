@@ -108,19 +108,21 @@ def _fused_first(group_g: np.ndarray, group_ptr: np.ndarray, at: np.ndarray,
     of the descriptors)."""
     first = np.zeros(len(group_ptr), np.uint64)
     second = last_descriptor(index, group_ptr, at)
-    named = Latest(group_ptr, group_g)
-    known = second >= 0
-    known[known] = descriptors["op"][second[known]] == fused_ops[1]
-    for slot in range(descriptors["src"].shape[1]):
-        rows = np.flatnonzero(known & (first == 0))
-        src = descriptors["src"]["ptr"][second[rows], slot]
-        read = last_descriptor(index, src, at[rows])
-        pair = (src != 0) & (read >= 0)
-        pair[pair] = descriptors["op"][read[pair]] == fused_ops[0]
-        own = named.find(src, group_g[rows])
-        own_barrier = own >= 0
-        own_barrier[own_barrier] = group_g[own[own_barrier]] == group_g[rows[own_barrier]]
-        first[rows[pair & ~own_barrier]] = src[pair & ~own_barrier]
+    rows = np.flatnonzero(second >= 0)
+    rows = rows[descriptors["op"][second[rows]] == fused_ops[1]]
+    # Every source of every such node at once, a row of slots per node.
+    src = descriptors["src"]["ptr"][second[rows]]
+    slots = src.shape[1]
+    flat, g = src.reshape(-1), np.repeat(group_g[rows], slots)
+    read = last_descriptor(index, flat, np.repeat(at[rows], slots))
+    pair = (flat != 0) & (read >= 0)
+    pair[pair] = descriptors["op"][read[pair]] == fused_ops[0]
+    own = Latest(group_ptr, group_g).find(flat, g)
+    own_barrier = own >= 0
+    own_barrier[own_barrier] = group_g[own[own_barrier]] == g[own_barrier]
+    taken = (pair & ~own_barrier).reshape(-1, slots)
+    has = taken.any(axis=1)
+    first[rows[has]] = src[has, taken.argmax(axis=1)[has]]
     return first
 
 

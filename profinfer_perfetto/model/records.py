@@ -12,22 +12,23 @@ from typing import Any
 import numpy as np
 
 
-def _whole(records: np.ndarray) -> np.ndarray:
+def whole(records: np.ndarray) -> np.ndarray:
+    """The records, each as one opaque value of its bytes (a view)."""
     return records.view(np.dtype((np.void, records.dtype.itemsize)))
 
 
 def take(records: np.ndarray, index: Any) -> np.ndarray:
     """records[index] (an index array or a mask, a tuple of them for more dimensions)."""
-    taken: np.ndarray = _whole(records)[index].view(records.dtype)
+    taken: np.ndarray = whole(records)[index].view(records.dtype)
     return taken
 
 
 def concat(parts: list[np.ndarray]) -> np.ndarray:
     """np.concatenate of records of one dtype."""
-    joined: np.ndarray = np.concatenate([_whole(p) for p in parts]).view(parts[0].dtype)
+    joined: np.ndarray = np.concatenate([whole(p) for p in parts]).view(parts[0].dtype)
     return joined
 
 
 def copied(records: np.ndarray) -> np.ndarray:
     """A copy of the records."""
-    return _whole(records).copy().view(records.dtype)
+    return whole(records).copy().view(records.dtype)

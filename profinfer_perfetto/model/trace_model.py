@@ -367,9 +367,12 @@ def _split_steps(graphs: Spans, tokens: Spans) -> np.ndarray:
     """Each graph's token step where the scheduler cut the step into splits (graphs of more
     than one backend), -1 for the others."""
     step = tokens.containing(graphs.begin)
-    split = np.zeros(len(tokens), bool)
-    for s in np.unique(step[step >= 0]).tolist():
-        split[s] = len(np.unique(graphs.aux[step == s])) > 1
+    inside, aux = step >= 0, graphs.aux.astype(np.int64)
+    low = np.full(len(tokens), np.iinfo(np.int64).max)
+    high = np.full(len(tokens), np.iinfo(np.int64).min)
+    np.minimum.at(low, step[inside], aux[inside])
+    np.maximum.at(high, step[inside], aux[inside])
+    split = high > low
     return np.where((step >= 0) & split[np.maximum(step, 0)], step, -1)
 
 
@@ -390,6 +393,8 @@ def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.
     before (`copies`, which it adds to: a weight's address never holds a copy)."""
     src = take(nodes.raw["src"], (reader, slot))
     keep = (src["op"] == 0) & (split_step[nodes.graph[reader]] >= 0)
+    if not keep.any():
+        return np.empty((0, 2), np.int64)
     order = np.argsort(reader[keep], kind="stable")
     reader, src = reader[keep][order], src[keep][order]
     graph_of = nodes.graph[reader]
@@ -502,9 +507,10 @@ def _host_calls(events: np.ndarray, end_ns: int) -> Spans:
     call on its thread (calls nest: a copy may submit), in time order."""
     kind = events["kind"]
     host = take(events, (kind == Kind.HOST_CALL_BEGIN) | (kind == Kind.HOST_CALL_END))
-    made = set(host["aux"].tolist())
+    if len(host) == 0:  # a CPU run's
+        return _spans(host, Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END, end_ns)
     calls = [_spans(take(host, host["aux"] == c), Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END, end_ns)
-             for c in HostCall if c in made or c == 0]
+             for c in HostCall]
     merged = {f: np.concatenate([getattr(c, f) for c in calls]) for f in vars(calls[0])}
     order = np.argsort(merged["begin"], kind="stable")
     return Spans(**{f: v[order] for f, v in merged.items()})
@@ -531,15 +537,16 @@ def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans, index: La
     node_graph = node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     named = [_named(n) for n in raw["name"].tolist()]
+    names, layers, automatic = zip(*named, strict=True) if named else ((), (), ())
     nodes = Nodes(
         graph=node_graph,
         index=np.arange(len(raw)) - first_of_graph,
         raw=raw,
         described_at=described_at,
-        names=[name for name, _, _ in named],
-        layer=np.array([layer for _, layer, _ in named], np.int64),
+        names=list(names),
+        layer=np.array(layers, np.int64),
     )
-    return nodes, np.array([automatic for _, _, automatic in named], bool)
+    return nodes, np.array(automatic, bool)
 
 
 def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tuple[Ops, int]:
