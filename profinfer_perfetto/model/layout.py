@@ -285,17 +285,12 @@ class _Rows:
         return {f: c[order] for f, c in cols.items()}, rank
 
     def _column(self, field: str) -> np.ndarray:
-        """A field's values of all rows, in the order they were added (the type of their
-        concatenation)."""
+        """A field's values of all rows, in the order they were added."""
         parts = self._parts[field]
         if not parts:
             return np.empty(0)
-        column = np.empty(self.count, np.result_type(*(p.dtype for p in parts)))
-        at = 0
-        for part, n in zip(parts, self._sizes, strict=True):
-            column[at:at + n] = part
-            at += n
-        return column
+        return np.concatenate([part if part.ndim else part.repeat(n)
+                               for part, n in zip(parts, self._sizes, strict=True)])
 
 
 MAX_TABLE = 1 << 16
@@ -434,9 +429,12 @@ class _LayoutBuilder:
                 int(gr.arg1[i] >> 32), bool(gr.complete[i])), strict=True)))
             for i in range(len(gr))
         ], np.int64)
-        shown = {(t, i) for i, t in enumerate(gr.tid.tolist())}
-        shown |= set(zip(model.ops.tid.tolist(), model.ops.graph.tolist(), strict=True))
-        tid, graph = np.array(sorted(shown), np.int64).reshape(-1, 2).T
+        # (thread, graph) pairs, by thread then graph: the calling thread's and the ops'.
+        count = max(len(gr), 1)
+        shown = np.unique(np.concatenate([gr.tid.astype(np.int64) * count + np.arange(len(gr)),
+                                          model.ops.tid.astype(np.int64) * count
+                                          + model.ops.graph]))
+        tid, graph = shown // count, shown % count
         depth = np.isin(tid, model.tokens.tid).astype(np.int64)
         name = np.array([self.strings(graph_slice(b)) for b in backends], np.int64)
         for d in (0, 1):

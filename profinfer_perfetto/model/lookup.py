@@ -12,13 +12,16 @@ class Latest:
     within its group's own range of the number line."""
 
     def __init__(self, group: np.ndarray, at: np.ndarray) -> None:
-        self.groups = np.unique(group)
+        groups = np.sort(group)  # np.unique, cheaper
+        new = np.ones(len(groups), bool)
+        new[1:] = groups[1:] != groups[:-1]
+        self.groups = groups[new]
         self.dense = np.searchsorted(self.groups, group)
         at = at.astype(np.int64)
         # A query's time is clipped to the entries' range, just before their first to just
         # after their last (it finds the same entries there), so the key needs only theirs.
         self.origin = int(at.min()) - 1 if len(at) else 0
-        self.span = (int(at.max()) if len(at) else 0) - self.origin + 1
+        self.span = (int(at.max()) + 1 if len(at) else 0) - self.origin + 1
         if self.span * (len(self.groups) + 1) >= 1 << 62:
             raise ValueError("recording too long to index")
         self.key = self.dense * self.span + (at - self.origin)
@@ -32,7 +35,8 @@ class Latest:
         if len(self.groups) == 0 or len(q_group) == 0:
             return np.full(len(q_group), -1, np.int64)
         dense = np.minimum(np.searchsorted(self.groups, q_group), len(self.groups) - 1)
-        at = np.clip(q_at.astype(np.int64), self.origin, self.origin + self.span - 1)
+        at = np.minimum(np.maximum(q_at.astype(np.int64), self.origin),
+                        self.origin + self.span - 1)
         query = dense * self.span + (at - self.origin)
         pos = np.searchsorted(self.sorted_key, query, side="left" if before else "right") - 1
         found = self.order[np.maximum(pos, 0)]

@@ -565,9 +565,9 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
     has_barrier = last_barrier >= 0
     after = take(work, np.where(has_barrier, last_barrier, begin_rows))
     delta = _counter_deltas(b, after, has_barrier, counters)
-    by_address = _by_address(nodes)
-    node = _node_lookup(nodes, by_address, g, b["arg0"])
-    fused = np.where(b["arg1"] != 0, _node_lookup(nodes, by_address, g, b["arg1"]), -1)
+    both = _node_lookup(nodes, _by_address(nodes), np.concatenate([g, g]),
+                        np.concatenate([b["arg0"], b["arg1"]]))
+    node, fused = both[:len(b)], np.where(b["arg1"] != 0, both[len(b):], -1)
     traced = b["kind"] == Kind.OP_BEGIN
     known = (node >= 0) & traced
     ops = Ops(
