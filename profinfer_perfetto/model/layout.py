@@ -55,7 +55,13 @@ from profinfer_perfetto.model.names import (
     work_track,
 )
 from profinfer_perfetto.model.records import copied, whole
-from profinfer_perfetto.model.trace_model import Ops, Routing, TraceModel, step_batches
+from profinfer_perfetto.model.trace_model import (
+    Ops,
+    Routing,
+    StepBatch,
+    TraceModel,
+    step_batches,
+)
 from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
@@ -365,13 +371,14 @@ class _LayoutBuilder:
                                         parent=1, tid=tid))
                   for tid in model.thread_ids()}
         caller = np.isin(model.ops.tid, model.tokens.tid)
-        self.token_steps(thread)
+        batches = step_batches(model)
+        self.token_steps(thread, batches)
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
         self.host_calls(thread)
         self.device_ops()
         self.expert_routing()
-        self.sequences()
+        self.sequences(batches)
         self.tokens_per_second()
         if model.cont.final:
             self.aggregate_counters()
@@ -402,12 +409,12 @@ class _LayoutBuilder:
             sched=model.sched,
         )
 
-    def token_steps(self, thread: dict[int, int]) -> None:
+    def token_steps(self, thread: dict[int, int], batches: list[StepBatch]) -> None:
         tok = self.model.tokens
         names, args = [], []
         phase_arg, tokens_arg, sequences_arg, pos_arg, step_arg, complete_arg = STEP_ARGS
         for i, (b, complete) in enumerate(
-            zip(step_batches(self.model), tok.complete.tolist(), strict=True)
+            zip(batches, tok.complete.tolist(), strict=True)
         ):
             names.append(self.strings(b.phase))
             args.append(self.arg_set((
@@ -455,7 +462,7 @@ class _LayoutBuilder:
         node, fused = pairs // width, pairs % width - 1
         ids = self._node_ids(node, fused)
         names, args = ids[:, 0], ids[:, 1].copy()
-        for i in np.flatnonzero(np.isin(node, list(model.routing))).tolist():
+        for i in [i for i, n in enumerate(node.tolist()) if n in model.routing]:
             routing_args = tuple(_routing_args(model.routing[int(node[i])]))
             args[i] = self.arg_set(self.tables.arg_sets[args[i]] + routing_args)
         index, at = np.unique(nodes.index[node], return_inverse=True)
@@ -588,11 +595,11 @@ class _LayoutBuilder:
                              np.array([span[n][1] for n in nodes]), 0,
                              [self.strings(_experts_name(model.routing[n])) for n in nodes])
 
-    def sequences(self) -> None:
+    def sequences(self, batches: list[StepBatch]) -> None:
         """A track per sequence id, with a slice per token step that held its tokens."""
         tok = self.model.tokens
         rows: dict[int, list[tuple[int, int, int, int | None]]] = {}
-        for step, batch in enumerate(step_batches(self.model)):
+        for step, batch in enumerate(batches):
             for run in batch.runs:
                 rows.setdefault(run.seq, []).append((step, run.n_tokens, run.seq, run.pos))
         first_step = self.model.cont.first_step
