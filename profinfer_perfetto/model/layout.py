@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -357,7 +358,6 @@ class _LayoutBuilder:
         tables.start_layout()
         self.strings, self.arg_set = tables.string, tables.arg_set
         self.rows = _Rows()
-        self.contents = _contents(model.nodes.raw)
         self.tracks = [Track(1, TrackKind.PROCESS, model.run.process_name)]
 
     def track(self, track: Track) -> int:
@@ -548,6 +548,12 @@ class _LayoutBuilder:
         ids[in_use] = np.array(found, np.int64).reshape(-1, 2)
         of_row: np.ndarray = ids[which]
         return of_row
+
+    @cached_property
+    def contents(self) -> np.ndarray:
+        """The nodes' records but their times, for _description (a chunk whose nodes were all
+        described before needs none)."""
+        return _contents(self.model.nodes.raw)
 
     def _description(self, node: int, fused: int) -> tuple[int, int]:
         """The name and description ids of a node (or fused pair) by what its descriptors say
