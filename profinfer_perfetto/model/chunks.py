@@ -18,6 +18,7 @@ import numpy as np
 
 from profinfer_perfetto.capture.events import NODE, Kind
 from profinfer_perfetto.capture.run import Drained, Records, drained_dtypes
+from profinfer_perfetto.model.records import concat, take
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Chunker:
         for name in self.pending:
             new = getattr(drained, name)
             if new.size:
-                self.pending[name] = np.concatenate([self.pending[name], new])
+                self.pending[name] = concat([self.pending[name], new])
         return None if cut is None else self._take(cut)
 
     def finish(self, end_ns: int) -> Chunk:
@@ -61,8 +62,8 @@ class Chunker:
         self.steps = self.steps or bool(np.any(events["kind"] == Kind.TOKEN_BEGIN))
         begin, end = ((Kind.TOKEN_BEGIN, Kind.TOKEN_END) if self.steps
                       else (Kind.GRAPH_BEGIN, Kind.GRAPH_END))
-        marks = events[(events["kind"] == begin) | (events["kind"] == end)]
-        marks = marks[np.argsort(marks["ts"], kind="stable")]
+        marks = take(events, (events["kind"] == begin) | (events["kind"] == end))
+        marks = take(marks, np.argsort(marks["ts"], kind="stable"))
         open_on: set[int] = set()
         cut = None
         for ts, tid, kind in zip(marks["ts"].tolist(), marks["tid"].tolist(),
@@ -81,9 +82,9 @@ class Chunker:
         taken = {}
         for name, records in self.pending.items():
             before = records["ts"] < end_ns
-            taken[name] = records[before]
-            self.pending[name] = records[~before]
-        nodes = np.concatenate([self.carried, taken["nodes"]])
+            taken[name] = take(records, before)
+            self.pending[name] = take(records, ~before)
+        nodes = concat([self.carried, taken["nodes"]])
         self.carried = _latest_per_tensor(nodes)
         return Chunk(**(taken | {"nodes": nodes}), end_ns=end_ns)
 
@@ -94,5 +95,4 @@ def _latest_per_tensor(nodes: np.ndarray) -> np.ndarray:
         return nodes
     order = np.lexsort((np.arange(len(nodes)), nodes["ts"], nodes["ptr"]))
     last = np.append(nodes["ptr"][order][1:] != nodes["ptr"][order][:-1], True)
-    latest: np.ndarray = nodes[order[last]]
-    return latest
+    return take(nodes, order[last])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -54,7 +55,14 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.trace_model import Ops, Routing, TraceModel, step_batches
+from profinfer_perfetto.model.records import copied, whole
+from profinfer_perfetto.model.trace_model import (
+    Ops,
+    Routing,
+    StepBatch,
+    TraceModel,
+    step_batches,
+)
 from profinfer_perfetto.model.work import op_work, role
 
 ArgValue = int | float | str | bool
@@ -177,11 +185,11 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     return tuple(args)
 
 
-def _content(record: np.void) -> bytes:
-    """A NODE record's bytes but its time."""
-    same = record.copy()
-    same["ts"] = 0
-    return same.tobytes()
+def _contents(raw: np.ndarray) -> np.ndarray:
+    """NODE records' bytes but their times (an item's `.tobytes()`)."""
+    blank = copied(raw)
+    blank["ts"] = 0
+    return whole(blank)
 
 
 def _experts_text(routing: Routing) -> str:
@@ -244,6 +252,7 @@ class _Rows:
 
     def __init__(self) -> None:
         self._parts: dict[str, list[np.ndarray]] = {f: [] for f in self._FIELDS}
+        self._sizes: list[int] = []
         self.count = 0
 
     def add(self, ts: npt.ArrayLike, type: EventType, track: npt.ArrayLike, *,
@@ -255,7 +264,10 @@ class _Rows:
         columns = {"ts": ts, "type": type, "track": track, "name": name, "args": args,
                    "desc": desc, "value": value, "key": key}
         for f in self._FIELDS:
-            self._parts[f].append(np.broadcast_to(np.asarray(columns[f]), n))
+            column = np.asarray(columns[f])  # one value for all the rows is spread in _column
+            self._parts[f].append(column if column.ndim == 0 or column.shape == (n,)
+                                  else np.broadcast_to(column, n))
+        self._sizes.append(n)
         rows = np.arange(self.count, self.count + n)
         self.count += n
         return rows
@@ -273,12 +285,19 @@ class _Rows:
 
     def ordered(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The columns in writing order, and each row id's position in it."""
-        cols = {f: np.concatenate(self._parts[f]) if self._parts[f] else np.empty(0)
-                for f in self._FIELDS}
+        cols = {f: self._column(f) for f in self._FIELDS}
         order = np.lexsort((cols["key"], cols["type"] != EventType.SLICE_END, cols["ts"]))
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
         return {f: c[order] for f, c in cols.items()}, rank
+
+    def _column(self, field: str) -> np.ndarray:
+        """A field's values of all rows, in the order they were added."""
+        parts = self._parts[field]
+        if not parts:
+            return np.empty(0)
+        return np.concatenate([part if part.ndim else part.repeat(n)
+                               for part, n in zip(parts, self._sizes, strict=True)])
 
 
 MAX_TABLE = 1 << 16
@@ -352,13 +371,14 @@ class _LayoutBuilder:
                                         parent=1, tid=tid))
                   for tid in model.thread_ids()}
         caller = np.isin(model.ops.tid, model.tokens.tid)
-        self.token_steps(thread)
+        batches = step_batches(model)
+        self.token_steps(thread, batches)
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
         self.host_calls(thread)
         self.device_ops()
         self.expert_routing()
-        self.sequences()
+        self.sequences(batches)
         self.tokens_per_second()
         if model.cont.final:
             self.aggregate_counters()
@@ -389,12 +409,12 @@ class _LayoutBuilder:
             sched=model.sched,
         )
 
-    def token_steps(self, thread: dict[int, int]) -> None:
+    def token_steps(self, thread: dict[int, int], batches: list[StepBatch]) -> None:
         tok = self.model.tokens
         names, args = [], []
         phase_arg, tokens_arg, sequences_arg, pos_arg, step_arg, complete_arg = STEP_ARGS
         for i, (b, complete) in enumerate(
-            zip(step_batches(self.model), tok.complete.tolist(), strict=True)
+            zip(batches, tok.complete.tolist(), strict=True)
         ):
             names.append(self.strings(b.phase))
             args.append(self.arg_set((
@@ -416,9 +436,12 @@ class _LayoutBuilder:
                 int(gr.arg1[i] >> 32), bool(gr.complete[i])), strict=True)))
             for i in range(len(gr))
         ], np.int64)
-        shown = {(t, i) for i, t in enumerate(gr.tid.tolist())}
-        shown |= set(zip(model.ops.tid.tolist(), model.ops.graph.tolist(), strict=True))
-        tid, graph = np.array(sorted(shown), np.int64).reshape(-1, 2).T
+        # (thread, graph) pairs, by thread then graph: the calling thread's and the ops'.
+        count = max(len(gr), 1)
+        shown = np.unique(np.concatenate([gr.tid.astype(np.int64) * count + np.arange(len(gr)),
+                                          model.ops.tid.astype(np.int64) * count
+                                          + model.ops.graph]))
+        tid, graph = shown // count, shown % count
         depth = np.isin(tid, model.tokens.tid).astype(np.int64)
         name = np.array([self.strings(graph_slice(b)) for b in backends], np.int64)
         for d in (0, 1):
@@ -439,7 +462,7 @@ class _LayoutBuilder:
         node, fused = pairs // width, pairs % width - 1
         ids = self._node_ids(node, fused)
         names, args = ids[:, 0], ids[:, 1].copy()
-        for i in np.flatnonzero(np.isin(node, list(model.routing))).tolist():
+        for i in [i for i, n in enumerate(node.tolist()) if n in model.routing]:
             routing_args = tuple(_routing_args(model.routing[int(node[i])]))
             args[i] = self.arg_set(self.tables.arg_sets[args[i]] + routing_args)
         index, at = np.unique(nodes.index[node], return_inverse=True)
@@ -526,13 +549,19 @@ class _LayoutBuilder:
         of_row: np.ndarray = ids[which]
         return of_row
 
+    @cached_property
+    def contents(self) -> np.ndarray:
+        """The nodes' records but their times, for _description (a chunk whose nodes were all
+        described before needs none)."""
+        return _contents(self.model.nodes.raw)
+
     def _description(self, node: int, fused: int) -> tuple[int, int]:
         """The name and description ids of a node (or fused pair) by what its descriptors say
         (a descriptor sent again unchanged is described once)."""
         model = self.model
-        raw = model.nodes.raw
         layer = model.nodes.layer
-        content = (_content(raw[node]), b"" if fused < 0 else _content(raw[fused]),
+        content = (self.contents[node].tobytes(),
+                   b"" if fused < 0 else self.contents[fused].tobytes(),
                    int(layer[node]), int(layer[fused]) if fused >= 0 else -1)
         known = self.tables.contents.get(content)
         if known is None:
@@ -572,11 +601,11 @@ class _LayoutBuilder:
                              np.array([span[n][1] for n in nodes]), 0,
                              [self.strings(_experts_name(model.routing[n])) for n in nodes])
 
-    def sequences(self) -> None:
+    def sequences(self, batches: list[StepBatch]) -> None:
         """A track per sequence id, with a slice per token step that held its tokens."""
         tok = self.model.tokens
         rows: dict[int, list[tuple[int, int, int, int | None]]] = {}
-        for step, batch in enumerate(step_batches(self.model)):
+        for step, batch in enumerate(batches):
             for run in batch.runs:
                 rows.setdefault(run.seq, []).append((step, run.n_tokens, run.seq, run.pos))
         first_step = self.model.cont.first_step

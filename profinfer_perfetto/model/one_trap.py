@@ -24,7 +24,8 @@ import numpy as np
 
 from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
 from profinfer_perfetto.capture.run import Recording
-from profinfer_perfetto.model.lookup import last_descriptor, latest
+from profinfer_perfetto.model.lookup import Latest, last_descriptor, latest
+from profinfer_perfetto.model.records import concat, copied, take
 
 FUSED_OPS = ("RMS_NORM", "MUL")
 """The node pair ggml's CPU backend fuses (ggml_compute_forward_rms_norm_mul_fused): one call,
@@ -42,18 +43,19 @@ def is_one_trap(events: np.ndarray) -> bool:
 
 def with_op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
                    graph_tid: np.ndarray, descriptors: np.ndarray,
-                   fused_ops: tuple[int, int]) -> np.ndarray:
+                   fused_ops: tuple[int, int], index: Latest) -> np.ndarray:
     """`events` (sorted by thread, then time; `graph_of`: each one's graph, -1 for none) with an
     op begin for each thread's share of each node its barriers name, still sorted: at the
     release before (after a barrier at the same time), on the CPU of the thread's arrival,
-    counters unread; `fused_ops` (op ids) makes a pair of a node and the one it reads."""
+    counters unread; `fused_ops` (op ids) makes a pair of a node and the one it reads (`index`:
+    by_tensor of the descriptors)."""
     named = np.flatnonzero((events["kind"] == Kind.BARRIER) & (events["arg0"] != 0)
                            & (graph_of >= 0))
-    arrival, g = _arrivals(events[named], graph_of[named])
+    arrival, g = _arrivals(take(events, named), graph_of[named])
     group, group_g, group_ptr, before = _releases(arrival, g, graph_begin)
-    first = _fused_first(group_g, group_ptr, before, descriptors, fused_ops)
+    first = _fused_first(group_g, group_ptr, before, descriptors, fused_ops, index)
     ith, nth = _ith(g, arrival["tid"], graph_tid)
-    begins = arrival.copy()
+    begins = copied(arrival)
     fused = first[group] != 0
     begins["kind"] = Kind.OP_BEGIN
     begins["ts"] = np.maximum(before[group], _entered(events, graph_of, arrival["tid"], g))
@@ -61,18 +63,18 @@ def with_op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.nda
     begins["arg1"] = np.where(fused, arrival["arg0"], 0)
     begins["ith"], begins["aux"] = ith, nth
     begins["counter"] = np.uint64(COUNTER_UNREAD)
-    merged = np.concatenate([events, begins])
-    return merged[np.lexsort((np.arange(len(merged)), merged["ts"], merged["tid"]))]
+    merged = concat([events, begins])
+    return take(merged, np.lexsort((np.arange(len(merged)), merged["ts"], merged["tid"])))
 
 
 def _arrivals(barriers: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each thread's last barrier naming each node of each graph, and its graph."""
     order = np.lexsort((barriers["ts"], barriers["arg0"], barriers["tid"], g))
-    b, g = barriers[order], g[order]
+    b, g = take(barriers, order), g[order]
     last = np.ones(len(b), bool)
     last[:-1] = ((g[1:] != g[:-1]) | (b["tid"][1:] != b["tid"][:-1])
                  | (b["arg0"][1:] != b["arg0"][:-1]))
-    return b[last], g[last]
+    return take(b, last), g[last]
 
 
 def _entered(events: np.ndarray, graph_of: np.ndarray, tid: np.ndarray, g: np.ndarray
@@ -116,23 +118,28 @@ def _releases(arrival: np.ndarray, g: np.ndarray, graph_begin: np.ndarray
 
 
 def _fused_first(group_g: np.ndarray, group_ptr: np.ndarray, at: np.ndarray,
-                 descriptors: np.ndarray, fused_ops: tuple[int, int]) -> np.ndarray:
+                 descriptors: np.ndarray, fused_ops: tuple[int, int], index: Latest
+                 ) -> np.ndarray:
     """Per (graph, node), the first node of the fused pair it ends (0: none): the node of the
-    pair's first op it reads, where no barrier of its graph names that one."""
+    pair's first op it reads, where no barrier of its graph names that one (`index`: by_tensor
+    of the descriptors)."""
     first = np.zeros(len(group_ptr), np.uint64)
-    second = last_descriptor(descriptors, group_ptr, at)
-    known = second >= 0
-    known[known] = descriptors["op"][second[known]] == fused_ops[1]
-    for slot in range(descriptors["src"].shape[1]):
-        rows = np.flatnonzero(known & (first == 0))
-        src = descriptors["src"]["ptr"][second[rows], slot]
-        read = last_descriptor(descriptors, src, at[rows])
-        pair = (src != 0) & (read >= 0)
-        pair[pair] = descriptors["op"][read[pair]] == fused_ops[0]
-        own = latest(group_ptr, group_g, src, group_g[rows])
-        own_barrier = own >= 0
-        own_barrier[own_barrier] = group_g[own[own_barrier]] == group_g[rows[own_barrier]]
-        first[rows[pair & ~own_barrier]] = src[pair & ~own_barrier]
+    second = last_descriptor(index, group_ptr, at)
+    rows = np.flatnonzero(second >= 0)
+    rows = rows[descriptors["op"][second[rows]] == fused_ops[1]]
+    # Every source of every such node at once, a row of slots per node.
+    src = descriptors["src"]["ptr"][second[rows]]
+    slots = src.shape[1]
+    flat, g = src.reshape(-1), np.repeat(group_g[rows], slots)
+    read = last_descriptor(index, flat, np.repeat(at[rows], slots))
+    pair = (flat != 0) & (read >= 0)
+    pair[pair] = descriptors["op"][read[pair]] == fused_ops[0]
+    own = Latest(group_ptr, group_g).find(flat, g)
+    own_barrier = own >= 0
+    own_barrier[own_barrier] = group_g[own[own_barrier]] == g[own_barrier]
+    taken = (pair & ~own_barrier).reshape(-1, slots)
+    has = taken.any(axis=1)
+    first[rows[has]] = src[has, taken.argmax(axis=1)[has]]
     return first
 
 

@@ -37,9 +37,10 @@ from profinfer_perfetto.capture.events import (
 )
 from profinfer_perfetto.capture.run import Recording, Run, Scheduling
 from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vulkan_ops
-from profinfer_perfetto.model.lookup import last_descriptor, latest
+from profinfer_perfetto.model.lookup import Latest, by_tensor, last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, with_op_begins
+from profinfer_perfetto.model.records import take
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
@@ -290,14 +291,18 @@ def _named(raw: bytes) -> tuple[str, int, bool]:
 
 def _spans(events: np.ndarray, begin: Kind, end: Kind, end_ns: int) -> Spans:
     """Pair each begin with the next end on its thread; events are sorted by (tid, ts)."""
-    sel = events[(events["kind"] == begin) | (events["kind"] == end)]
-    is_begin = sel["kind"] == begin
-    nxt = np.append(sel[1:], np.zeros(1, sel.dtype))
-    closed = is_begin & (nxt["kind"] == end) & (nxt["tid"] == sel["tid"])
-    b = sel[is_begin]
+    sel = take(events, (events["kind"] == begin) | (events["kind"] == end))
+    kind, tid, ts = sel["kind"], sel["tid"], sel["ts"]
+    is_begin = kind == begin
+    closed = is_begin.copy()
+    closed[:-1] &= (kind[1:] == end) & (tid[1:] == tid[:-1])
+    closed[-1:] = False
+    next_ts = np.zeros_like(ts)
+    next_ts[:-1] = ts[1:]
+    b = take(sel, is_begin)
     closed_b = closed[is_begin]
     order = np.argsort(b["ts"], kind="stable")
-    end_ts = np.where(closed_b, nxt["ts"][is_begin], np.uint64(end_ns))
+    end_ts = np.where(closed_b, next_ts[is_begin], np.uint64(end_ns))
     return Spans(
         tid=b["tid"][order],
         begin=b["ts"][order],
@@ -315,13 +320,19 @@ def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx) if len(idx) else idx
 
 
-def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+def _node_lookup(nodes: Nodes, index: Latest, graph: np.ndarray, ptr: np.ndarray
+                 ) -> np.ndarray:
     """Index of the node with this (graph, tensor address), -1 if none was described (the last
-    one where a graph computed a tensor twice)."""
-    found = latest(nodes.raw["ptr"], nodes.graph, ptr, graph)
+    one where a graph computed a tensor twice); `index`: _by_address of the nodes."""
+    found = index.find(ptr, graph)
     same = found >= 0
     same[same] = nodes.graph[found[same]] == graph[same]
     return np.where(same, found, -1)
+
+
+def _by_address(nodes: Nodes) -> Latest:
+    """Nodes by tensor address and graph, for _node_lookup."""
+    return Latest(nodes.raw["ptr"], nodes.graph)
 
 
 def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np.ndarray,
@@ -356,9 +367,12 @@ def _split_steps(graphs: Spans, tokens: Spans) -> np.ndarray:
     """Each graph's token step where the scheduler cut the step into splits (graphs of more
     than one backend), -1 for the others."""
     step = tokens.containing(graphs.begin)
-    split = np.zeros(len(tokens), bool)
-    for s in np.unique(step[step >= 0]).tolist():
-        split[s] = len(np.unique(graphs.aux[step == s])) > 1
+    inside, aux = step >= 0, graphs.aux.astype(np.int64)
+    low = np.full(len(tokens), np.iinfo(np.int64).max)
+    high = np.full(len(tokens), np.iinfo(np.int64).min)
+    np.minimum.at(low, step[inside], aux[inside])
+    np.maximum.at(high, step[inside], aux[inside])
+    split = high > low
     return np.where((step >= 0) & split[np.maximum(step, 0)], step, -1)
 
 
@@ -377,8 +391,10 @@ def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.
     nothing in its split wrote it, it is no op's result (op NONE, like a weight) and it is the
     only such source of its shape and type in its split; or where its address held a copy
     before (`copies`, which it adds to: a weight's address never holds a copy)."""
-    src = nodes.raw["src"][reader, slot]
+    src = take(nodes.raw["src"], (reader, slot))
     keep = (src["op"] == 0) & (split_step[nodes.graph[reader]] >= 0)
+    if not keep.any():
+        return np.empty((0, 2), np.int64)
     order = np.argsort(reader[keep], kind="stable")
     reader, src = reader[keep][order], src[keep][order]
     graph_of = nodes.graph[reader]
@@ -411,8 +427,8 @@ def _inner_waits(events: np.ndarray, ops: Ops) -> np.ndarray:
     before: from a barrier call's event to its return's, the next event of the thread's of
     these two kinds (events are sorted by thread, then time); a tail call's (which returns to
     another function, unprobed) to the op's end of work."""
-    inner = events[(events["kind"] == Kind.INNER_WAIT_BEGIN)
-                   | (events["kind"] == Kind.INNER_WAIT_END)]
+    inner = take(events, (events["kind"] == Kind.INNER_WAIT_BEGIN)
+                 | (events["kind"] == Kind.INNER_WAIT_END))
     begins = np.flatnonzero(inner["kind"] == Kind.INNER_WAIT_BEGIN)
     after = np.minimum(begins + 1, max(len(inner) - 1, 0))
     returned = ((begins + 1 < len(inner)) & (inner["kind"][after] == Kind.INNER_WAIT_END)
@@ -429,15 +445,17 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     """The model of a recording (of a whole run, or of a chunk that continues `cont`)."""
     run, events = recording.run, recording.events
     order = np.lexsort((np.arange(len(events)), events["ts"], events["tid"]))
-    device = vulkan_device_times(events[order])
-    events, uncut = blas_ops(vulkan_ops(events[order]), recording.nodes, run.ggml)
+    events = take(events, order)
+    device = vulkan_device_times(events)
+    events, uncut = blas_ops(vulkan_ops(events), recording.nodes, run.ggml)
     tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, run.end_ns)
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, run.end_ns)
+    descriptors = by_tensor(recording.nodes)
     if is_one_trap(recording.events):
         fused = (run.ggml.op_id(FUSED_OPS[0]), run.ggml.op_id(FUSED_OPS[1]))
         events = with_op_begins(events, graphs.containing(events["ts"]), graphs.begin,
-                                graphs.tid, recording.nodes, fused)
-    nodes, auto = _nodes(events, recording.nodes, graphs)
+                                graphs.tid, recording.nodes, fused, descriptors)
+    nodes, auto = _nodes(events, recording.nodes, graphs, descriptors)
     ops, dropped = _ops(events, graphs, nodes, len(run.counters))
     copies = set(cont.split_copies if cont else ())
     edges = _edges(nodes, _fused_second(nodes, ops), graphs, _split_steps(graphs, tokens),
@@ -473,8 +491,10 @@ def _device_ops(device: np.ndarray, graphs: Spans, nodes: Nodes) -> Spans | None
         return None
     g = graphs.containing(device["host_ts"].astype(np.uint64))
     device, g = device[g >= 0], g[g >= 0]
-    node = _node_lookup(nodes, g, device["node"])
-    fused = np.where(device["fused"] != 0, _node_lookup(nodes, g, device["fused"]), -1)
+    by_address = _by_address(nodes)
+    node = _node_lookup(nodes, by_address, g, device["node"])
+    fused = np.where(device["fused"] != 0, _node_lookup(nodes, by_address, g, device["fused"]),
+                     -1)
     known = node >= 0
     return Spans(tid=device["tid"][known], begin=device["begin"][known],
                  end=device["end"][known], arg0=node[known], arg1=fused[known],
@@ -486,44 +506,47 @@ def _host_calls(events: np.ndarray, end_ns: int) -> Spans:
     """A GPU backend's host calls, each call's begin paired with its next return of the same
     call on its thread (calls nest: a copy may submit), in time order."""
     kind = events["kind"]
-    host = events[(kind == Kind.HOST_CALL_BEGIN) | (kind == Kind.HOST_CALL_END)]  # few or none
-    calls = [_spans(host[host["aux"] == c], Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END, end_ns)
+    host = take(events, (kind == Kind.HOST_CALL_BEGIN) | (kind == Kind.HOST_CALL_END))
+    if len(host) == 0:  # a CPU run's
+        return _spans(host, Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END, end_ns)
+    calls = [_spans(take(host, host["aux"] == c), Kind.HOST_CALL_BEGIN, Kind.HOST_CALL_END, end_ns)
              for c in HostCall]
     merged = {f: np.concatenate([getattr(c, f) for c in calls]) for f in vars(calls[0])}
     order = np.argsort(merged["begin"], kind="stable")
     return Spans(**{f: v[order] for f, v in merged.items()})
 
 
-def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans
+def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans, index: Latest
            ) -> tuple[Nodes, np.ndarray]:
     """A graph's nodes, in the order its calling thread (ith 0) ran them, each with the last
-    descriptor sent for its tensor (the probes describe a tensor again only when it changed);
-    and which of them ggml named itself."""
-    executed = events[(events["kind"] == Kind.OP_BEGIN) & (events["ith"] == 0)]
-    executed = executed[np.argsort(executed["ts"], kind="stable")]
+    descriptor sent for its tensor (the probes describe a tensor again only when it changed;
+    `index`: by_tensor of the descriptors); and which of them ggml named itself."""
+    executed = take(events, (events["kind"] == Kind.OP_BEGIN) & (events["ith"] == 0))
+    executed = take(executed, np.argsort(executed["ts"], kind="stable"))
     second = executed["arg1"] != 0
     ptrs = np.stack([executed["arg0"], np.where(second, executed["arg1"], 0)], 1).reshape(-1)
     at = np.repeat(executed["ts"], 2)
     keep = ptrs != 0
     ptrs, at = ptrs[keep], at[keep]
-    described = last_descriptor(descriptors, ptrs, at)
+    described = last_descriptor(index, ptrs, at)
     node_graph = graphs.containing(at)
     ok = (described >= 0) & (node_graph >= 0)
-    raw = descriptors[described[ok]]  # a copy (fancy indexing), its ts set below
+    raw = take(descriptors, described[ok])  # a copy, its ts set below
     described_at = raw["ts"].copy()
     raw["ts"] = at[ok]
     node_graph = node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     named = [_named(n) for n in raw["name"].tolist()]
+    names, layers, automatic = zip(*named, strict=True) if named else ((), (), ())
     nodes = Nodes(
         graph=node_graph,
         index=np.arange(len(raw)) - first_of_graph,
         raw=raw,
         described_at=described_at,
-        names=[name for name, _, _ in named],
-        layer=np.array([layer for _, layer, _ in named], np.int64),
+        names=list(names),
+        layer=np.array(layers, np.int64),
     )
-    return nodes, np.array([automatic for _, _, automatic in named], bool)
+    return nodes, np.array(automatic, bool)
 
 
 def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tuple[Ops, int]:
@@ -531,18 +554,20 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
     --ops filter left out counts as a next op, and is dropped afterwards), by thread and time;
     and the op begins dropped (outside any graph, or of a node not described)."""
     kinds = events["kind"]
-    work = events[(kinds == Kind.OP_BEGIN) | (kinds == Kind.BARRIER) | (kinds == Kind.OP_SKIP)]
+    work = take(events,
+                (kinds == Kind.OP_BEGIN) | (kinds == Kind.BARRIER) | (kinds == Kind.OP_SKIP))
     work_graph = graphs.containing(work["ts"])
     dropped = int(np.count_nonzero((work_graph < 0) & (work["kind"] == Kind.OP_BEGIN)))
-    work, work_graph = work[work_graph >= 0], work_graph[work_graph >= 0]
+    work, work_graph = take(work, work_graph >= 0), work_graph[work_graph >= 0]
     begin_rows, last_barrier = _op_rows(work, work_graph)
-    b, g = work[begin_rows], work_graph[begin_rows]
+    b, g = take(work, begin_rows), work_graph[begin_rows]
     end, work_end = _op_ends(work, work_graph, begin_rows, last_barrier, graphs.end[g])
     has_barrier = last_barrier >= 0
-    after = work[np.where(has_barrier, last_barrier, begin_rows)]
+    after = take(work, np.where(has_barrier, last_barrier, begin_rows))
     delta = _counter_deltas(b, after, has_barrier, counters)
-    node = _node_lookup(nodes, g, b["arg0"])
-    fused = np.where(b["arg1"] != 0, _node_lookup(nodes, g, b["arg1"]), -1)
+    both = _node_lookup(nodes, _by_address(nodes), np.concatenate([g, g]),
+                        np.concatenate([b["arg0"], b["arg1"]]))
+    node, fused = both[:len(b)], np.where(b["arg1"] != 0, both[len(b):], -1)
     traced = b["kind"] == Kind.OP_BEGIN
     known = (node >= 0) & traced
     ops = Ops(
