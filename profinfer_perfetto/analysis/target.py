@@ -404,7 +404,10 @@ def _loop_entry(f: ElfFile, loop: dict[int, LoopBarrier]) -> list[Probe]:
     if len(functions) != 1 or (function := functions.pop()) is None:
         return []
     start, end = function
-    at = arch_of(f).entry_probe_address(f.read(start, end - start), start)
+    name = next((n for n, s in f.symbols.items() if s.vaddr == start and s.size), None)
+    if name is not None:
+        return [_entry(f, name, LOOP_ENTRY)]
+    at = arch_of(f).entry_probe_address(f.read(start, end - start), start)  # stripped
     return [_site(f, LOOP_ENTRY, at, f"the graph loop's function at {start:#x}")]
 
 
