@@ -318,13 +318,14 @@ def test_op_cost(run: tuple[TraceModel, TraceQuery]) -> None:
 def test_roofline(run: tuple[TraceModel, TraceQuery]) -> None:
     """Each group's rates, roofs and verdict as the rule computes them from the run's nodes and
     the roofs it was recorded with (the roof at the graph's thread count; the op's weight type's
-    compute roof, else the highest)."""
+    compute roof, else the highest). Which verdicts a real run gets depends on how busy the
+    machine was (a loaded one makes every op overhead-bound): the golden run's
+    (tests/golden/query/roofline.csv) has each of them."""
     model, q = run
     got = by_key(q.metric("roofline"), "phase", "op", "role", "dtype", "threads")
     instances = [n for n in node_instances(model) if n["flops"] > 0 and n["bytes"] > 0]
     groups = group(instances, "phase", "op", "role", "dtype", "threads")
     assert set(got) == set(groups)
-    verdicts = set()
     for key, members in groups.items():
         row, threads, dtype = got[key], key[4], key[3]
         flops, nbytes = sum(m["flops"] for m in members), sum(m["bytes"] for m in members)
@@ -336,12 +337,10 @@ def test_roofline(run: tuple[TraceModel, TraceQuery]) -> None:
         roof = min(peak_gflop, ai * peak_gb)
         verdict = ("overhead-bound" if achieved < 0.1 * roof else "memory-bound"
                    if ai < peak_gflop / peak_gb else "compute-bound")
-        verdicts.add(verdict)
         assert row["instances"] == len(members)
         assert (row["peak_gbyte_per_s"], row["peak_gflop_per_s"]) == (peak_gb, peak_gflop)
         assert close(row["intensity"], ai) and close(row["gflop_per_s"], achieved)
         assert close(row["roof_gflop_per_s"], roof) and row["verdict"] == verdict, key
-    assert "memory-bound" in verdicts
 
 
 def test_counters(run: tuple[TraceModel, TraceQuery]) -> None:
