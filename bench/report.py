@@ -98,7 +98,7 @@ def _after_md(a: Any) -> list[str]:
         return " ".join(format(v, form) for v in values)
 
     setups = {k: v for k, v in a.items() if isinstance(v, dict)}
-    return _table([f"record's default, tiny-llama {a['tokens']} tokens (load "
+    return _table([f"record (follower: --follow), tiny-llama {a['tokens']} tokens (load "
                    f"{a['load_before']:.1f} before, {a['load_after']:.1f} after)",
                    "trace written s after the run, each round", "share of the capture",
                    "capture s", "events/s", "target eval tokens/s"],

@@ -33,10 +33,10 @@ writer  the streamed writer's CPU per event (what `record --stream` spends besid
 write   record's after-run write (spilled records read back, modelled, laid out, encoded,
         deflated, written) against the capture's duration: a tiny-llama recording (2 threads)
         tiled in time to 10 s of capture at a busy server's 300 k events/s.
-after   record's default with a real target (tiny-llama, 10,000 tokens, 1 thread pinned to one
-        vCPU and 2 threads, in turns): the time from the run's end to the whole trace, by the
-        follower at idle priority and by the old after-run write (PROFINFER_FOLLOWER=off),
-        against the capture's duration, and the target's eval tokens/s under each.
+after   record with a real target (tiny-llama, 10,000 tokens, 1 thread pinned to one vCPU and
+        2 threads, in turns): the time from the run's end to the whole trace, by --follow's
+        follower at idle priority and by the default's after-run write, against the capture's
+        duration, and the target's eval tokens/s under each.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
         Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
         on Gemma-3-270M; and the `roofline` verdicts of Gemma-3-270M's decode matmuls recorded
@@ -66,7 +66,6 @@ from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.spill import Spill, spill_path
-from profinfer_perfetto.encode.follow import OFF_ENV
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import TraceStream, write_trace
@@ -607,8 +606,8 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
 
 
 def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
-    """One real `record` (the CLI) of a tiny-llama generation, with its follower or with the
-    trace written after the run (PROFINFER_FOLLOWER=off): how long the trace took after the run
+    """One real `record` (the CLI) of a tiny-llama generation, with --follow or with the trace
+    written after the run (the default): how long the trace took after the run
     ended and the capture's length (record's summary), and the target's own eval tokens/s."""
     import re
     import sys
@@ -617,10 +616,10 @@ def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
                          "256")
     if threads == 1:  # the target on one vCPU: the other is free for the follower
         command += ["-C", hex(1 << max(os.sched_getaffinity(0))), "--cpu-strict", "1"]
-    env = {**os.environ, OFF_ENV: "on" if follower else "off"}
     with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                               str(Path(tmp) / "after.pftrace"), "--", *command], env=env,
+        done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record",
+                               *(["--follow"] if follower else []), "-o",
+                               str(Path(tmp) / "after.pftrace"), "--", *command],
                               capture_output=True, text=True, errors="replace", check=True)
     took = re.search(r"trace written ([\d.]+) s after the run", done.stdout)
     speed = re.search(r"\s eval time =.*?([\d.]+) tokens per second", done.stderr)

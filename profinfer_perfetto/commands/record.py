@@ -127,6 +127,13 @@ StreamOption = Annotated[
                  "trace when it ends (the default, but with --max-size: nothing beside the "
                  "target while it runs). Memory stays flat either way."),
 ]
+FollowOption = Annotated[
+    bool,
+    typer.Option("--follow", help="Keep the run's records on disk and have a process at idle "
+                 "priority write the trace from them while the run goes, so that it is done "
+                 "soon after the run (for a machine with a core to spare: it slows the target "
+                 "where none is; docs/record.md)."),
+]
 SchedOption = Annotated[
     bool,
     typer.Option("--sched", help="Also record every context switch and wakeup on the "
@@ -159,6 +166,9 @@ class RecordCommand:
     rotation: Rotation | None = None
     stream: bool = False
     """Write the trace while the run goes; else when it ends, from the records kept on disk."""
+    follow: bool = False
+    """With the records kept on disk: a follower process writes the trace from them as they
+    come."""
 
     @staticmethod
     def cli(command: CommandArgument = None, output: OutputOption = Path("profinfer.pftrace"),
@@ -172,11 +182,15 @@ class RecordCommand:
             rotate: RotateOption = 0, stream: StreamOption = None, sched: SchedOption = False,
             peaks_file: PeaksOption = None,
             gpu_timestamps: GpuTimestampsOption = False,
-            exact: ExactOption = False) -> int:
+            exact: ExactOption = False, follow: FollowOption = False) -> int:
         """The options, checked: the command to run."""
         counters = _counters(counter)
         rotation = _rotation(max_size, rotate, json)
         _check_modes(rotation, stream, json, sched, command, pid, ring_pages)
+        if follow and (stream or rotation is not None or json or sched or aggregate):
+            raise ProfinferError("--follow writes the trace from the records kept on disk: "
+                                 "leave out --stream, --max-size, --json, --sched and "
+                                 "--aggregate")
         if gpu_timestamps and pid is not None:
             raise ProfinferError("--gpu-timestamps needs a command to launch (the backend "
                                  "reads GGML_VK_PERF_LOGGER as it starts), not --pid")
@@ -196,7 +210,7 @@ class RecordCommand:
             gpu_timestamps=gpu_timestamps,
         )
         return RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
-                             stream=bool(stream) or rotation is not None).run()
+                             stream=bool(stream) or rotation is not None, follow=follow).run()
 
     def run(self) -> int:
         probe_plan = plan(self.request)
@@ -250,12 +264,12 @@ class RecordCommand:
 
     def _spilled(self, probe_plan: ProbePlan | None) -> int:
         """Keep the run's records on disk as they come (the default: flat memory, nothing beside
-        the target but writing them) while a follower at idle priority writes the trace from
-        them; where there is none, or it fails, write the trace from them when the run ends."""
+        the target but writing them) and write the trace from them when the run ends; with
+        --follow, a follower at idle priority writes it from them as they come (where it cannot,
+        or fails, the trace is written after the run)."""
         spill = Spill(spill_path(self.output), len(self.request.counters))
-        follower = ("no follower with --sched or --aggregate" if self.request.sched
-                    or self.request.selection.aggregate
-                    else Follower.start(spill.folder, len(self.request.counters)))
+        follower = (Follower.start(spill.folder, len(self.request.counters)) if self.follow
+                    else None)
         try:
             recording = record(self.request, probe_plan, self._attached, spill)
             if (failed := spill.finish()) is not None:
@@ -271,12 +285,12 @@ class RecordCommand:
             self._keep(spill, exc)
             raise
         spill.remove()
-        if followed is None:
-            assert stream is not None
+        if stream is not None:
             totals = report_written(stream)
-            how = "from its records, " + (follower if isinstance(follower, str)
-                                          else "its follower having failed")
+            how = "from its records" + ("" if follower is None else ", " + (
+                follower if isinstance(follower, str) else "its follower having failed"))
         else:
+            assert followed is not None
             totals = followed.totals
             print(summary(totals, followed.last, self.output, followed.packets, "packets"))
             how = followed.how()

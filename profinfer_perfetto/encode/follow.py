@@ -1,4 +1,4 @@
-"""record's trace written beside the run: the default's follower.
+"""record's trace written beside the run: `record --follow`'s follower.
 
 record's default keeps the run's records in OUTPUT.records (capture/spill.py) and writes the
 trace from them. A follower writes it while the run goes, so that when the run ends only the
@@ -57,8 +57,6 @@ from profinfer_perfetto.model.trace_model import TraceModel
 MODULE = "profinfer_perfetto.encode.follow"
 TRACE_FILE = "trace.pftrace"
 """The follower's trace, in the records folder, until the recorder gives it OUTPUT's name."""
-OFF_ENV = "PROFINFER_FOLLOWER"
-"""Set to `off`: no follower, the trace is written from the records after the run."""
 POLL_S = 0.1
 """How often the follower looks for new drains (the recorder drains every 100 ms)."""
 FINAL_ONLY: dict[str, Any] = {
@@ -107,8 +105,6 @@ class Follower:
     def start(folder: Path, counters: int) -> Follower | str:
         """A follower of the records `folder` (of a run reading `counters` perf counters) at
         SCHED_IDLE; why there is none where there cannot be one."""
-        if os.environ.get(OFF_ENV) == "off":
-            return f"{OFF_ENV}=off"
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", MODULE, str(folder), str(counters), str(os.getpid())],

@@ -47,7 +47,7 @@ cli.main()
 def test_the_followers_trace_is_the_after_run_trace_of_its_records(tmp_path: Path) -> None:
     out, kept = tmp_path / "run.pftrace", tmp_path / "run.pickle"
     result = subprocess.run(
-        [sys.executable, "-c", KEEPING, str(kept), "record", "-o", str(out), "--",
+        [sys.executable, "-c", KEEPING, str(kept), "record", "--follow", "-o", str(out), "--",
          *generation("tiny-llama", 48)], capture_output=True, text=True, errors="replace")
     assert result.returncode == 0, result.stderr
     assert "by its follower at idle priority" in result.stdout, result.stdout
@@ -65,7 +65,7 @@ def test_a_trace_that_cannot_take_its_name_leaves_the_records_for_recover(
     it, and the records stay for `recover` (the follower's trace among them, which `recover`
     removes with them)."""
     out = tmp_path / "run.pftrace"
-    recorder, pid = start_recorder(out, "--", *generation("tiny-llama", -1))
+    recorder, pid = start_recorder(out, "--follow", "--", *generation("tiny-llama", -1))
     try:
         wait_for_a_token(recorder)
         out.mkdir()

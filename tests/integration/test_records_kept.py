@@ -14,7 +14,6 @@ import pytest
 
 from profinfer_perfetto.capture.spill import RUN_FILE, spill_path
 from profinfer_perfetto.commands.recover import RECOVERED
-from profinfer_perfetto.encode.follow import OFF_ENV
 from profinfer_perfetto.encode.stream import part_path
 from tests.conftest import Cli
 from tests.integration.test_record import start_recorder, wait_for_a_token
@@ -24,10 +23,9 @@ pytestmark = pytest.mark.root
 
 
 def test_a_trace_that_cannot_be_written_leaves_the_records_for_recover(
-        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cli: Cli, tmp_path: Path) -> None:
     """A folder takes OUTPUT.part's name while the capture runs: writing the trace then fails,
     and the records stay for `recover` (the trace written after the run, without a follower)."""
-    monkeypatch.setenv(OFF_ENV, "off")
     out = tmp_path / "run.pftrace"
     recorder, pid = start_recorder(out, "--", *generation("tiny-llama", -1))
     try:

@@ -15,15 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.capture.run import Recording, Records, Run
 from profinfer_perfetto.capture.spill import Spill, read_drains, spill_path
 from profinfer_perfetto.commands import record as record_module
+from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.commands.recover import RecoverCommand
 from profinfer_perfetto.encode import follow
 from profinfer_perfetto.encode.follow import TRACE_FILE, Follower, noted
 from profinfer_perfetto.encode.stream import part_path, write_trace
+from profinfer_perfetto.errors import ProfinferError
 from tests import synthetic
-from tests.unit.test_spill_safety import _fake_record, _record
+from tests.unit.test_spill_safety import _fake_record
 
 DRAINS = 7
 
@@ -106,6 +109,12 @@ def test_a_thread_that_comes_late_makes_the_follower_start_over(
                                               tmp_path / "after.pftrace")
 
 
+def _record(output: Path, follow: bool = True) -> int:
+    """record's default path (the records kept on disk), with --follow or without."""
+    return RecordCommand(RecordRequest(command=["llama-cli"]), output, follow=follow)._spilled(
+        None)
+
+
 def test_a_follower_that_fails_leaves_record_to_write_the_trace(
         tmp_path: Path, rec: Recording, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,11 +133,11 @@ def test_a_follower_that_fails_leaves_record_to_write_the_trace(
 def test_record_without_a_follower_says_how_the_trace_was_written(
         tmp_path: Path, rec: Recording, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv(follow.OFF_ENV, "off")
     monkeypatch.setattr(record_module, "record", _fake_record(rec))
     output = tmp_path / "run.pftrace"
-    assert _record(output) == 0
-    assert f"from its records, {follow.OFF_ENV}=off" in capsys.readouterr().out
+    assert _record(output, follow=False) == 0
+    said = capsys.readouterr().out
+    assert said.endswith(" s after the run, from its records\n")
     assert sorted(tmp_path.iterdir()) == [output]
 
 
@@ -203,3 +212,11 @@ def test_a_growing_folder_is_read_from_where_the_last_look_ended(
     back = list(read_drains(spill.folder, spill.dtypes, 3))
     assert [d.events.tobytes() for d in back] == [d.events.tobytes() for d in drains[3:]]
     assert [d.nodes.tobytes() for d in back] == [d.nodes.tobytes() for d in drains[3:]]
+
+
+@pytest.mark.parametrize("other", [{"stream": True}, {"json": True}, {"sched": True},
+                                   {"aggregate": True}, {"max_size": "1M"}])
+def test_follow_where_the_trace_is_written_otherwise_is_bad_input(other: dict[str, object]
+                                                                   ) -> None:
+    with pytest.raises(ProfinferError, match=r"^--follow writes the trace from the records"):
+        RecordCommand.cli(["llama-cli"], follow=True, **other)  # type: ignore[arg-type]

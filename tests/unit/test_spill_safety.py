@@ -28,19 +28,12 @@ from profinfer_perfetto.capture.spill import (
 from profinfer_perfetto.commands import record as record_module
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.commands.recover import RecoverCommand
-from profinfer_perfetto.encode.follow import OFF_ENV
 from profinfer_perfetto.encode.stream import part_path
 from profinfer_perfetto.errors import ProfinferError
 from tests import synthetic
 
 OTHER_UID = 54321
 """A user who is neither root nor the one running the tests."""
-
-
-@pytest.fixture(autouse=True)
-def _after_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These are of the trace written from the records after the run (no follower)."""
-    monkeypatch.setenv(OFF_ENV, "off")
 
 
 @pytest.fixture
