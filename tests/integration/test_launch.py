@@ -62,21 +62,21 @@ def check_one_process(trace: trace_reader.Trace, pid: int, counts: dict[str, int
     assert next(s.name for s in trace.slices if s.name in ("prefill", "decode")) == "prefill"
 
 
-WRAPPERS = {
-    "taskset": ["taskset", "-c", "0-1"],
-    "numactl": ["numactl", "--localalloc"],
-    "env": ["env", "PROFINFER_TEST=1"],
-    "nice": ["nice", "-n", "1"],
-}
+WRAPPERS = (
+    ["taskset", "-c", "0-1"],
+    ["numactl", "--localalloc"],
+    ["env", "PROFINFER_TEST=1"],
+    ["nice", "-n", "1"],
+)
+"""Each execs the next: the recorder follows the chain to the process that loads llama.cpp."""
 
 
-@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
-def test_a_wrapper(wrapper: str, cli: Cli, tmp_path: Path) -> None:
-    command = WRAPPERS[wrapper]
-    if shutil.which(command[0]) is None:
-        pytest.skip(f"{command[0]} is not installed (scripts/setup.sh installs it)")
+def test_a_chain_of_wrappers(cli: Cli, tmp_path: Path) -> None:
+    for command in WRAPPERS:
+        if shutil.which(command[0]) is None:
+            pytest.fail(f"{command[0]} is not installed: run scripts/setup.sh first")
     trace, pid, counts = record_counted(cli, tmp_path / "run.pftrace", cpu_lib(),
-                                        command + completion())
+                                        [*(arg for w in WRAPPERS for arg in w), *completion()])
     check_one_process(trace, pid, counts)
     assert [t.process.process_name for t in trace.tracks.values() if t.HasField("process")] \
         == ["llama-completion"]
