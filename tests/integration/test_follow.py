@@ -1,11 +1,10 @@
-"""record's default with a real generation: its follower writes the trace while the run goes,
-the same bytes as the trace written from the same records after the run; a trace that cannot
-take its name leaves the records for `recover`."""
+"""record --follow with a real generation: its follower writes the trace while the run goes,
+the same bytes as the trace written from the same records after the run (a trace that cannot
+take its name: tests/integration/test_records_kept.py)."""
 
 from __future__ import annotations
 
 import pickle
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +13,8 @@ import pytest
 
 from profinfer_perfetto.capture.run import Recording, Records, Run, drained_dtypes
 from profinfer_perfetto.capture.spill import read_drains, spill_path
-from profinfer_perfetto.commands.recover import RECOVERED
 from profinfer_perfetto.encode.follow import noted
 from profinfer_perfetto.encode.stream import write_trace
-from tests.conftest import Cli
-from tests.integration.test_record import start_recorder, wait_for_a_token
-from tests.integration.test_records_kept import _end
 from tests.integration.test_stream import generation
 
 pytestmark = pytest.mark.root
@@ -57,27 +52,3 @@ def test_the_followers_trace_is_the_after_run_trace_of_its_records(tmp_path: Pat
     ended = noted(Recording(**vars(Records.empty(len(run.counters))), run=run), drains.notes)
     after = write_trace(tmp_path / "after.pftrace", drains, ended).files[0]
     assert out.read_bytes() == after.read_bytes()
-
-
-def test_a_trace_that_cannot_take_its_name_leaves_the_records_for_recover(
-        cli: Cli, tmp_path: Path) -> None:
-    """A folder takes OUTPUT's name while the capture runs: the follower's trace cannot take
-    it, and the records stay for `recover` (the follower's trace among them, which `recover`
-    removes with them)."""
-    out = tmp_path / "run.pftrace"
-    recorder, pid = start_recorder(out, "--follow", "--", *generation("tiny-llama", -1))
-    try:
-        wait_for_a_token(recorder)
-        out.mkdir()
-        recorder.send_signal(signal.SIGINT)
-        _, stderr = recorder.communicate()
-    finally:
-        _end(recorder, pid)
-    assert recorder.returncode == 2, stderr
-    assert f"cannot write {out}" in stderr
-    assert f"`profinfer-perfetto recover {out}` writes its trace" in stderr
-    out.rmdir()
-    recovered = cli("recover", out)
-    assert recovered.returncode == 0, recovered.stderr
-    assert f": {RECOVERED}" in recovered.stdout
-    assert sorted(tmp_path.iterdir()) == [out]

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,23 +23,29 @@ from tests.integration.test_stream import generation
 pytestmark = pytest.mark.root
 
 
+@pytest.mark.parametrize(("options", "blocked", "said"), [
+    ((), part_path, "writes its trace"),  # written after the run, to OUTPUT.part
+    (("--follow",), Path, "cannot write"),  # the follower's trace cannot take OUTPUT's name
+])
 def test_a_trace_that_cannot_be_written_leaves_the_records_for_recover(
-        cli: Cli, tmp_path: Path) -> None:
-    """A folder takes OUTPUT.part's name while the capture runs: writing the trace then fails,
-    and the records stay for `recover` (the trace written after the run, without a follower)."""
+        cli: Cli, tmp_path: Path, options: tuple[str, ...], blocked: Callable[[Path], Path],
+        said: str) -> None:
+    """A folder takes the path the trace goes to while the capture runs: writing it then
+    fails, and the records stay for `recover` (with --follow, the follower's trace among them,
+    which `recover` removes with them)."""
     out = tmp_path / "run.pftrace"
-    recorder, pid = start_recorder(out, "--", *generation("tiny-llama", -1))
+    recorder, pid = start_recorder(out, *options, "--", *generation("tiny-llama", -1))
     try:
         wait_for_a_token(recorder)
-        part_path(out).mkdir()
+        blocked(out).mkdir()
         recorder.send_signal(signal.SIGINT)
         _, stderr = recorder.communicate()
     finally:
         _end(recorder, pid)
     assert recorder.returncode == 2, stderr
-    assert f"`profinfer-perfetto recover {out}` writes its trace" in stderr
+    assert said in stderr and f"`profinfer-perfetto recover {out}` writes its trace" in stderr
     assert (spill_path(out) / RUN_FILE).is_file()
-    part_path(out).rmdir()
+    blocked(out).rmdir()
     recovered = cli("recover", out)
     assert recovered.returncode == 0, recovered.stderr
     assert f": {RECOVERED}" in recovered.stdout
