@@ -88,8 +88,7 @@ def _step_begins(cli: Cli, written: Path, stream: bool) -> dict[str, set[int]]:
     return begins
 
 
-@pytest.mark.parametrize(("stream", "seed"), [(True, 1), (True, 2), (True, 3), (False, 4),
-                                             (False, 5)])
+@pytest.mark.parametrize(("stream", "seed"), [(True, 1), (True, 2), (False, 4)])
 def test_a_killed_recorder_leaves_the_run_up_to_the_kill(cli: Cli, tmp_path: Path,
                                                          stream: bool, seed: int) -> None:
     """SIGKILL after a random number of the target's bytes past the moment the recorder had

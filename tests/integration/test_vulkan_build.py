@@ -48,10 +48,11 @@ def test_the_scheduler_splits_each_token_step_between_the_device_and_the_cpu(nam
         assert all(s.nodes for s in graph.splits if s.backend == "Vulkan0")
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", MODELS[1:])
 def test_bpftrace_counts_the_device_s_work_per_token(name: str) -> None:
     """Counted in a run of 5 tokens less one of 1: 4 token steps, without the model's load and
-    the prompt's step."""
+    the prompt's step (of the MoE model, whose splits the dense one's are a case of: the
+    oracle holds the Gemma capture of test_vulkan_capture too)."""
     env = assets.vulkan_env()
     short, long = (vulkan_counts(completion(name, 99, n), env) for n in (1, 5))
     per_token = {k: (long[k] - short[k]) / 4 for k in long}
