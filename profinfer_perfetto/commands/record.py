@@ -186,11 +186,8 @@ class RecordCommand:
         """The options, checked: the command to run."""
         counters = _counters(counter)
         rotation = _rotation(max_size, rotate, json)
-        _check_modes(rotation, stream, json, sched, command, pid, ring_pages)
-        if follow and (stream or rotation is not None or json or sched or aggregate):
-            raise ProfinferError("--follow writes the trace from the records kept on disk: "
-                                 "leave out --stream, --max-size, --json, --sched and "
-                                 "--aggregate")
+        _check_modes(rotation, stream, json, sched, command, pid, ring_pages,
+                     follow=follow, aggregate=aggregate)
         if gpu_timestamps and pid is not None:
             raise ProfinferError("--gpu-timestamps needs a command to launch (the backend "
                                  "reads GGML_VK_PERF_LOGGER as it starts), not --pid")
@@ -366,7 +363,8 @@ def _rotation(max_size: str | None, rotate: int, json: bool) -> Rotation | None:
 
 
 def _check_modes(rotation: Rotation | None, stream: bool | None, json: bool, sched: bool,
-                 command: list[str] | None, pid: int | None, ring_pages: int) -> None:
+                 command: list[str] | None, pid: int | None, ring_pages: int, *,
+                 follow: bool = False, aggregate: bool = False) -> None:
     """The options that go together, and --ring-pages."""
     if rotation is not None and stream is False:
         raise ProfinferError("--max-size writes the trace as the run goes: leave out --no-stream")
@@ -379,6 +377,9 @@ def _check_modes(rotation: Rotation | None, stream: bool | None, json: bool, sch
         raise ProfinferError("give either a command to run (after --) or --pid, not both")
     if ring_pages <= 0 or ring_pages & (ring_pages - 1):
         raise ProfinferError(f"--ring-pages must be a power of two, not {ring_pages}")
+    if follow and (stream or rotation is not None or json or sched or aggregate):
+        raise ProfinferError("--follow writes the trace from the records kept on disk: "
+                             "leave out --stream, --max-size, --json, --sched and --aggregate")
 
 
 def report_written(stream: TraceStream) -> RunTotals:

@@ -84,12 +84,15 @@ def _entered(events: np.ndarray, graph_of: np.ndarray, tid: np.ndarray, g: np.nd
     loops = np.flatnonzero((events["kind"] == Kind.LOOP_ENTER) & (graph_of >= 0))
     if len(loops) == 0:
         return np.zeros(len(g), np.uint64)
-    keys = (graph_of[loops].astype(np.uint64) << np.uint64(32)) | events["tid"][loops]
-    order = np.lexsort((events["ts"][loops], keys))
-    keys, ts = keys[order], events["ts"][loops][order]
-    wanted = (g.astype(np.uint64) << np.uint64(32)) | tid.astype(np.uint64)
-    at = np.maximum(np.searchsorted(keys, wanted, side="right") - 1, 0)
-    return np.where(keys[at] == wanted, ts[at], 0).astype(np.uint64)
+    ts = events["ts"][loops]
+    entry = latest(_thread_in_graph(graph_of[loops], events["tid"][loops]), ts,
+                   _thread_in_graph(g, tid), np.full(len(g), np.iinfo(np.int64).max))
+    return np.where(entry >= 0, ts[np.maximum(entry, 0)], 0).astype(np.uint64)
+
+
+def _thread_in_graph(g: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """One key per (graph, thread)."""
+    return (g.astype(np.uint64) << np.uint64(32)) | tid.astype(np.uint64)
 
 
 def _releases(arrival: np.ndarray, g: np.ndarray, graph_begin: np.ndarray
