@@ -62,6 +62,13 @@
 
 #include <uapi/linux/ptrace.h>
 
+// Every read of the target's memory goes through this one call site: BCC 0.26 reads and hashes
+// /proc/kallsyms anew at each call of bpf_probe_read_user it compiles (its check for kernels
+// older than 5.5), 0.1 s a site, which made the program take 4 s to compile instead of 0.6.
+static __always_inline long read_user(void *dst, u32 size, const void *src) {
+    return bpf_probe_read_user(dst, size, src);
+}
+
 struct event {
     u64 ts;
     u64 arg0;      // op: tensor; graph: cgraph; token: n_tokens (begin) or status (end)
@@ -323,14 +330,14 @@ static __always_inline int tracing(void) {
 // Whether the op filter keeps a node: its op id is chosen, or its name has the prefix.
 static __always_inline int op_kept(const void *tensor) {
     u32 op = 0;
-    bpf_probe_read_user(&op, 4, (const u8 *)tensor + T_OP);
+    read_user(&op, 4, (const u8 *)tensor + T_OP);
     u8 *chosen = op_traced.lookup(&op);
     if (chosen && *chosen)
         return 1;
 #if NAME_PREFIX_LEN > 0
     char name[NAME_PREFIX_LEN] = {};
     const char prefix[] = NAME_PREFIX;
-    bpf_probe_read_user(name, NAME_PREFIX_LEN, (const u8 *)tensor + T_NAME);
+    read_user(name, NAME_PREFIX_LEN, (const u8 *)tensor + T_NAME);
 #pragma unroll
     for (int i = 0; i < NAME_PREFIX_LEN; i++)
         if (name[i] != prefix[i])
@@ -373,7 +380,7 @@ static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
     struct tensor_bytes *t = scratch.lookup(&zero);
     if (!t)
         return 0;
-    if (bpf_probe_read_user(t->b, T_SIZE, tensor) != 0) {
+    if (read_user(t->b, T_SIZE, tensor) != 0) {
         __builtin_memset(t->b, 0, T_SIZE);
     }
     u64 sig = signature(t->b);
@@ -423,7 +430,7 @@ static __always_inline u64 describe(u64 ts, const void *tensor, u64 force) {
         __builtin_memset(s->ne, 0, 32);
         if (!s->ptr)
             continue;
-        if (bpf_probe_read_user(sb->b, T_VIEW_SRC + 8, (void *)s->ptr) != 0)
+        if (read_user(sb->b, T_VIEW_SRC + 8, (void *)s->ptr) != 0)
             continue;
         __builtin_memcpy(&s->type, sb->b + T_TYPE, 4);
         __builtin_memcpy(s->ne, sb->b + T_NE, 32);
@@ -455,7 +462,7 @@ BPF_HASH(routed, u32, u64, MAX_THREADS);  // calling thread -> ids tensor last r
 
 static __always_inline void route(u64 ts, const u8 *tensor) {
     u64 ids = 0;
-    bpf_probe_read_user(&ids, 8, tensor + T_SRC + 2 * 8);
+    read_user(&ids, 8, tensor + T_SRC + 2 * 8);
     if (!ids)
         return;
     u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -465,9 +472,9 @@ static __always_inline void route(u64 ts, const u8 *tensor) {
     routed.update(&tid, &ids);
     s64 ne[2] = {0, 0};
     u64 nb1 = 0, data = 0;
-    bpf_probe_read_user(ne, sizeof(ne), (void *)(ids + T_NE));
-    bpf_probe_read_user(&nb1, 8, (void *)(ids + T_NB + 8));
-    bpf_probe_read_user(&data, 8, (void *)(ids + T_DATA));
+    read_user(ne, sizeof(ne), (void *)(ids + T_NE));
+    read_user(&nb1, 8, (void *)(ids + T_NB + 8));
+    read_user(&data, 8, (void *)(ids + T_DATA));
     if (!data || ne[0] <= 0 || ne[1] <= 0)
         return;
     u32 row = ne[0] > ROUTE_EXPERTS ? ROUTE_EXPERTS * 4 : (u32)ne[0] * 4;
@@ -492,7 +499,7 @@ static __always_inline void route(u64 ts, const u8 *tensor) {
             __builtin_memset(r->ids[t], 0xff, sizeof(r->ids[t]));
             // row is 4..ROUTE_EXPERTS * 4 bytes: the mask shows the verifier so
             if (first + t < ne[1])
-                bpf_probe_read_user(r->ids[t], ((row - 4) & (ROUTE_EXPERTS * 4 - 4)) + 4,
+                read_user(r->ids[t], ((row - 4) & (ROUTE_EXPERTS * 4 - 4)) + 4,
                                     (void *)(data + (first + t) * nb1));
         }
         routes.ringbuf_submit(r, BPF_RB_NO_WAKEUP);
@@ -555,7 +562,7 @@ static __always_inline int begin_op(const void *params, const void *first, const
     if (!e)
         return 0;
     int ith_nth[2] = {0, 0};
-    bpf_probe_read_user(ith_nth, sizeof(ith_nth), params);
+    read_user(ith_nth, sizeof(ith_nth), params);
     e->arg0 = (u64)first;
     e->arg1 = (u64)second;
     e->ith = ith_nth[0];
@@ -668,16 +675,16 @@ static __always_inline u64 finished_node(const u8 *cgraph, s64 index, u64 last) 
         return 0;
     if (last) {
         s32 n_nodes = 0;
-        bpf_probe_read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
+        read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
         index = n_nodes - 1;
     }
     u64 nodes = 0, node = 0;
-    bpf_probe_read_user(&nodes, 8, cgraph + CGRAPH_NODES);
+    read_user(&nodes, 8, cgraph + CGRAPH_NODES);
     if (index < 0 || !nodes)
         return 0;
-    bpf_probe_read_user(&node, 8, (const void *)(nodes + (u64)index * 8));
+    read_user(&node, 8, (const void *)(nodes + (u64)index * 8));
     u32 op = 0;
-    if (last && node && bpf_probe_read_user(&op, 4, (const u8 *)node + T_OP) == 0
+    if (last && node && read_user(&op, 4, (const u8 *)node + T_OP) == 0
             && empty_op(op))
         return 0;
     return node;
@@ -742,7 +749,7 @@ static __always_inline void describe_graph(struct pt_regs *ctx, u64 ts, const u8
                                            int n_nodes) {
     int zero = 0;
     u64 nodes = 0;
-    bpf_probe_read_user(&nodes, 8, cgraph + CGRAPH_NODES);
+    read_user(&nodes, 8, cgraph + CGRAPH_NODES);
     if (!nodes || n_nodes <= 0)
         return;
     // A graph by its node array and size, not its own address: a view of a graph (a slice of
@@ -785,7 +792,7 @@ int describe_more(struct pt_regs *ctx) {
         if (first + i >= pass->n_nodes)
             break;
         u64 tensor = 0;
-        bpf_probe_read_user(&tensor, 8, (const void *)(pass->nodes + (u64)(first + i) * 8));
+        read_user(&tensor, 8, (const void *)(pass->nodes + (u64)(first + i) * 8));
         if (tensor)
             pass->flags |= describe(pass->ts, (const void *)tensor, pass->force);
     }
@@ -824,8 +831,8 @@ int graph_begin(struct pt_regs *ctx) {
         return 0;
     const u8 *cplan = (const u8 *)PT_REGS_PARM2(ctx);
     int n_nodes = 0, n_threads = 0;
-    bpf_probe_read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
-    bpf_probe_read_user(&n_threads, 4, cplan + CPLAN_N_THREADS);
+    read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
+    read_user(&n_threads, 4, cplan + CPLAN_N_THREADS);
     e->arg0 = (u64)cgraph;
     e->arg1 = (u32)n_nodes | ((u64)(u32)n_threads << 32);
     u64 ts = e->ts;
@@ -854,8 +861,8 @@ int blas_graph_begin(struct pt_regs *ctx) {
     const u8 *cgraph = (const u8 *)PT_REGS_PARM2(ctx);
     int n_nodes = 0;
     const u8 *const *nodes = 0;
-    bpf_probe_read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
-    bpf_probe_read_user(&nodes, 8, cgraph + CGRAPH_NODES);
+    read_user(&n_nodes, 4, cgraph + CGRAPH_N_NODES);
+    read_user(&nodes, 8, cgraph + CGRAPH_NODES);
     struct event *e = begin_event(EV_GRAPH_BEGIN);
     if (!e)
         return 0;
@@ -873,8 +880,8 @@ int blas_graph_begin(struct pt_regs *ctx) {
     for (int i = 0; i < MAX_BLAS_NODES && i < n_nodes; i++) {
         const u8 *node = 0;
         u32 op = 0;
-        bpf_probe_read_user(&node, 8, nodes + i);
-        if (!node || bpf_probe_read_user(&op, 4, node + T_OP) != 0)
+        read_user(&node, 8, nodes + i);
+        if (!node || read_user(&op, 4, node + T_OP) != 0)
             continue;
         if (op != (u32)OP_MUL_MAT && op != (u32)OP_OUT_PROD)
             continue;
@@ -926,7 +933,7 @@ BPF_HASH(vk_splits, u32, struct vk_split, MAX_THREADS);  // by calling thread
 // The node at `index` of a node array (0 where it cannot be read).
 static __always_inline u64 vk_node_at(u64 nodes, s32 index) {
     u64 node = 0;
-    bpf_probe_read_user(&node, 8, (const void *)(nodes + (u64)index * 8));
+    read_user(&node, 8, (const void *)(nodes + (u64)index * 8));
     return node;
 }
 
@@ -944,8 +951,8 @@ int vk_graph_begin(struct pt_regs *ctx) {
         return 0;
     const u8 *cgraph = (const u8 *)PT_REGS_PARM2(ctx);
     struct vk_split split = {.nodes = 0, .n_nodes = 0, .last = -1};
-    bpf_probe_read_user(&split.n_nodes, 4, cgraph + CGRAPH_N_NODES);
-    bpf_probe_read_user(&split.nodes, 8, cgraph + CGRAPH_NODES);
+    read_user(&split.n_nodes, 4, cgraph + CGRAPH_N_NODES);
+    read_user(&split.nodes, 8, cgraph + CGRAPH_NODES);
     u32 tid = (u32)bpf_get_current_pid_tgid();
     vk_splits.update(&tid, &split);
     struct event *e = begin_event(EV_GRAPH_BEGIN);
@@ -1052,8 +1059,8 @@ int vk_copy_async_begin(struct pt_regs *ctx) {
     const u8 *src = (const u8 *)PT_REGS_PARM3(ctx);
     s64 ne3 = 0;
     u64 nb3 = 0;
-    bpf_probe_read_user(&ne3, 8, src + T_NE + 24);
-    bpf_probe_read_user(&nb3, 8, src + T_NB + 24);
+    read_user(&ne3, 8, src + T_NE + 24);
+    read_user(&nb3, 8, src + T_NB + 24);
     return host_call(EV_HOST_CALL_BEGIN, HOST_COPY_ASYNC, (u64)ne3 * nb3);
 }
 int vk_copy_async_end(struct pt_regs *ctx) {
@@ -1096,7 +1103,7 @@ int vk_query_end(struct pt_regs *ctx) {
         struct event *e = begin_event(EV_VK_TIMESTAMP);
         if (!e)
             return 0;
-        bpf_probe_read_user(&e->arg0, 8, (const void *)(got.data + (u64)i * 8));
+        read_user(&e->arg0, 8, (const void *)(got.data + (u64)i * 8));
         e->arg1 = got.count;
         e->aux = i;
         submit(e);
@@ -1202,15 +1209,15 @@ static __always_inline u32 seq_runs(u64 base, u64 stride, u64 value_at, s64 n_to
             break;
         u64 p = 0;
         s32 seq = 0;
-        bpf_probe_read_user(&p, 8, (void *)(base + i * stride));
-        bpf_probe_read_user(&seq, 4, (void *)(p + value_at));
+        read_user(&p, 8, (void *)(base + i * stride));
+        read_user(&seq, 4, (void *)(p + value_at));
         if (seq != last) {
             u32 r = b->n_runs;
             b->n_runs = r + 1;
             s64 past = ((s64)BATCH_RUNS - (s64)r) >> 63;  // -1 past slot BATCH_RUNS, else 0
             u32 k = ((r & ~past) | ((BATCH_RUNS + 1) & past)) & (BATCH_SLOTS - 1);
             s32 pos = 0;
-            bpf_probe_read_user(&pos, 4, (void *)(pos_base + i * pos_stride));
+            read_user(&pos, 4, (void *)(pos_base + i * pos_stride));
             b->seq[k] = seq;
             b->pos[k] = pos;
             b->start[k] = i;
@@ -1247,12 +1254,12 @@ static __always_inline int batch_begin(struct pt_regs *ctx, u32 entry) {
     const u8 *batch = batch_at(ctx);
     int n_tokens = -1;
     u64 pos = 0, seq_ids = 0;
-    bpf_probe_read_user(&n_tokens, 4, batch + BATCH_N_TOKENS);
-    bpf_probe_read_user(&pos, 8, batch + BATCH_POS);
-    bpf_probe_read_user(&seq_ids, 8, batch + BATCH_SEQ_ID);
+    read_user(&n_tokens, 4, batch + BATCH_N_TOKENS);
+    read_user(&pos, 8, batch + BATCH_POS);
+    read_user(&seq_ids, 8, batch + BATCH_SEQ_ID);
     s32 first_pos = -1;
     if (pos)
-        bpf_probe_read_user(&first_pos, 4, (void *)pos);
+        read_user(&first_pos, 4, (void *)pos);
     u32 runs = seq_runs(seq_ids, 8, 0, n_tokens, pos, 4, b);
     send_batch(token_begin(entry, n_tokens, step_seqs(first_pos, runs)), b);
     return 0;
@@ -1273,11 +1280,11 @@ int process_begin(struct pt_regs *ctx) {
         return 0;
     const u8 *batch = (const u8 *)PT_REGS_PARM3(ctx);
     u64 tokens[2] = {0, 0};
-    bpf_probe_read_user(tokens, sizeof(tokens), batch + BATCH_EXT_TOKENS);
+    read_user(tokens, sizeof(tokens), batch + BATCH_EXT_TOKENS);
     s64 n_tokens = (tokens[1] - tokens[0]) / BATCH_EXT_TOKEN_SIZE;
     s32 first_pos = -1;
     if (BATCH_EXT_POS && n_tokens > 0)
-        bpf_probe_read_user(&first_pos, 4, (void *)(tokens[0] + BATCH_EXT_POS));
+        read_user(&first_pos, 4, (void *)(tokens[0] + BATCH_EXT_POS));
     b->n_runs = 0;
     u32 runs = 0;
     if (BATCH_EXT_SEQ_IDS && n_tokens > 0)
