@@ -36,9 +36,21 @@ static __always_inline int stop_here(u32 reason) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!tree.lookup(&tgid))
         return 0;
-    struct stop s = {.tgid = tgid, .reason = reason};
-    if (stops.ringbuf_output(&s, sizeof(s), BPF_RB_FORCE_WAKEUP) == 0)
-        bpf_send_signal(SIGSTOP);  // only when user space will hear of it (and resume it)
+    // The record is reserved first (a stop only where user space will hear of it and resume
+    // it), the signal sent, and only then the record published: user space's SIGCONT always
+    // comes after this SIGSTOP. Published before the signal, a resume could come first and
+    // leave the process stopped, or, were the signal refused, user space would resume the
+    // process at its next stop with the SIGCONT meant for this one.
+    struct stop *s = stops.ringbuf_reserve(sizeof(struct stop));
+    if (!s)
+        return 0;
+    if (bpf_send_signal(SIGSTOP) != 0) {
+        stops.ringbuf_discard(s, 0);
+        return 0;
+    }
+    s->tgid = tgid;
+    s->reason = reason;
+    stops.ringbuf_submit(s, BPF_RB_FORCE_WAKEUP);
     return 0;
 }
 
