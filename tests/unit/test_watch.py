@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from profinfer_perfetto.capture import recorder
 from profinfer_perfetto.capture.watch import process_state, resume, send
 
 
@@ -60,3 +62,19 @@ def test_signals_to_a_process_that_is_gone_are_dropped() -> None:
         pass
     send(child.pid, signal.SIGKILL)
     resume(child.pid)
+
+
+def test_a_found_process_that_its_stop_did_not_hold_is_stopped_and_said() -> None:
+    """The recorder holds the process it found: one its probe stopped stays as it is (no
+    note); one that runs on (its stop did not hold) is stopped by the recorder, and the run's
+    notes say so."""
+    with _running() as child:
+        os.kill(child.pid, signal.SIGSTOP)
+        assert recorder._hold(child.pid, "cat") is None
+        resume(child.pid)
+        deadline = time.monotonic() + 60  # a guard against a hang, not a timing
+        while process_state(child.pid) == "T":
+            assert time.monotonic() < deadline, "SIGCONT did not resume it"
+        note = recorder._hold(child.pid, "cat")
+        assert note is not None and "did not hold" in note
+        assert process_state(child.pid) == "T"
