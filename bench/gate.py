@@ -93,9 +93,14 @@ def _flagged(folder: Path, settings: Settings) -> list[str]:
     return [v.key for v in result.verdicts if v.verdict == REGRESSION]
 
 
-def _counted(flagged: list[list[str]]) -> dict[str, Any]:
-    return {"checks": len(flagged), "flagged": sum(bool(f) for f in flagged),
-            "which": sorted({k for f in flagged for k in f})}
+def _counted(flagged: list[list[str]], slowed: bool) -> dict[str, Any]:
+    """How many checks flagged anything; for a slowed candidate also how many flagged the
+    slowed op itself (a check that flags only another op caught the change by the wrong key)."""
+    counted = {"checks": len(flagged), "flagged": sum(bool(f) for f in flagged),
+               "which": sorted({k for f in flagged for k in f})}
+    if slowed:
+        counted["named"] = sum(any(f"/{SLOWED}" in k for k in f) for f in flagged)
+    return counted
 
 
 def _setups() -> list[tuple[str, int, int]]:
@@ -121,7 +126,7 @@ def bench_gate(completion: Completion, settings: Settings | None = None) -> dict
                 _ab(folder, command, candidate(command))
                 flagged[name].append(_flagged(folder, settings))
         for name, runs in flagged.items():
-            results[f"{model} t{threads}: {name}"] = _counted(runs)
+            results[f"{model} t{threads}: {name}"] = _counted(runs, name.startswith(SLOWED))
     results["graph diff"] = graph_diff(completion)
     return results
 

@@ -147,9 +147,9 @@ def _gate_md(results: Any) -> list[str]:
     gate = dict(results)
     graph = gate.pop("graph diff", None)
     lines = _table(["ab --runs 3 (paired check, default rules): setup: candidate", "checks",
-                    "flagged", "keys that were flagged"],
-                   [[name, str(r["checks"]), str(r["flagged"]), ", ".join(r["which"])]
-                    for name, r in gate.items()])
+                    "flagged", "of them the slowed op", "keys that were flagged"],
+                   [[name, str(r["checks"]), str(r["flagged"]), str(r.get("named", "")),
+                     ", ".join(r["which"])] for name, r in gate.items()])
     if graph is not None:
         lines += ["", f"check medium-llama-down3 --baseline medium-llama: exit {graph['exit']}",
                   "", "```", *graph["said"], "```"]

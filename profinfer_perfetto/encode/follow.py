@@ -51,7 +51,6 @@ from profinfer_perfetto.capture.spill import (
 )
 from profinfer_perfetto.encode.stream import TraceStream
 from profinfer_perfetto.errors import ProfinferError
-from profinfer_perfetto.model.chunks import KEPT_CHUNK_EVENTS
 from profinfer_perfetto.model.totals import RunTotals
 from profinfer_perfetto.model.trace_model import TraceModel
 
@@ -103,15 +102,12 @@ class Follower:
         self.proc, self.folder = proc, folder
 
     @staticmethod
-    def start(folder: Path, counters: int, min_events: int = KEPT_CHUNK_EVENTS
-              ) -> Follower | str:
+    def start(folder: Path, counters: int) -> Follower | str:
         """A follower of the records `folder` (of a run reading `counters` perf counters) at
-        SCHED_IDLE, writing chunks of `min_events` or more; why there is none where there
-        cannot be one."""
+        SCHED_IDLE; why there is none where there cannot be one."""
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", MODULE, str(folder), str(counters), str(os.getpid()),
-                 str(min_events)],
+                [sys.executable, "-m", MODULE, str(folder), str(counters), str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             return f"no follower process ({exc.strerror})"
@@ -158,13 +154,13 @@ def _normal_priority(pid: int) -> None:
 class Following:
     """The follower's side: the trace of a records folder a recorder writes."""
 
-    def __init__(self, folder: Path, dtypes: dict[str, np.dtype], min_events: int) -> None:
-        self.folder, self.dtypes, self.min_events = folder, dtypes, min_events
+    def __init__(self, folder: Path, dtypes: dict[str, np.dtype]) -> None:
+        self.folder, self.dtypes = folder, dtypes
         self.started_over = 0
         self._begin()
 
     def _begin(self) -> None:
-        self.stream = TraceStream(self.folder / TRACE_FILE, min_events=self.min_events)
+        self.stream = TraceStream(self.folder / TRACE_FILE)
         self.read = 0
         """Drains handed to the stream."""
         self.views: set[str] = set()
@@ -240,14 +236,12 @@ def _die_with(recorder: int) -> None:
 
 
 def main(args: list[str]) -> int:
-    """FOLDER COUNTERS RECORDER MIN_EVENTS: follow the records FOLDER that the recorder (pid
-    RECORDER) writes, in chunks of MIN_EVENTS or more; write the trace's Followed to stdout
-    once the recorder gives the final run."""
-    folder, counters, recorder, min_events = Path(args[0]), int(args[1]), int(args[2]), int(
-        args[3])
+    """FOLDER COUNTERS RECORDER: follow the records FOLDER that the recorder (pid RECORDER)
+    writes; write the trace's Followed to stdout once the recorder gives the final run."""
+    folder, counters, recorder = Path(args[0]), int(args[1]), int(args[2])
     _die_with(recorder)
     try:
-        following = Following(folder, drained_dtypes(counters), min_events)
+        following = Following(folder, drained_dtypes(counters))
         run = following.until_ended(sys.stdin.buffer)
         if run is None:
             return 1

@@ -33,7 +33,7 @@ from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.files import create_new
-from profinfer_perfetto.model.chunks import KEPT_CHUNK_EVENTS, Chunk, Chunker
+from profinfer_perfetto.model.chunks import Chunk, Chunker
 from profinfer_perfetto.model.layout import Tables, build_layout
 from profinfer_perfetto.model.totals import RunTotals
 from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
@@ -67,10 +67,8 @@ class TraceStream:
     recorder waits, and a ring that fills meanwhile says what it lost).
     """
 
-    def __init__(self, output: Path, rotation: Rotation | None = None,
-                 min_events: int = 0) -> None:
-        """`min_events`: the fewest events a chunk holds (Chunker)."""
-        self.output, self.rotation, self.min_events = output, rotation, min_events
+    def __init__(self, output: Path, rotation: Rotation | None = None) -> None:
+        self.output, self.rotation = output, rotation
         self.files: list[Path] = []
         """The whole files written so far, oldest first (deleted ones left out)."""
         self.index = 0
@@ -127,7 +125,7 @@ class TraceStream:
 
     def _chunker(self, run: Run) -> Chunker:
         if self.chunker is None:
-            self.chunker = Chunker(len(run.counters), self.min_events)
+            self.chunker = Chunker(len(run.counters))
         return self.chunker
 
     def _take(self, drained: Drained, run: Run) -> None:
@@ -213,11 +211,10 @@ class TraceStream:
             self.last = model
 
 
-def write_trace(output: Path, drains: Iterable[Drained], recording: Recording,
-                min_events: int = KEPT_CHUNK_EVENTS) -> TraceStream:
+def write_trace(output: Path, drains: Iterable[Drained], recording: Recording) -> TraceStream:
     """Write a run whose drains were kept (on disk) as the trace `output`, chunk by chunk, as
-    it was captured, in chunks of `min_events` or more; `recording`: how it ended."""
-    stream = TraceStream(output, min_events=min_events)
+    it was captured; `recording`: how it ended."""
+    stream = TraceStream(output)
     try:
         for drained in drains:
             stream(drained, recording.run)

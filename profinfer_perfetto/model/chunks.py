@@ -6,9 +6,6 @@ being computed): everything of the steps before is in it, nothing of the ones af
 only made at a step begin that came in an earlier drain, by when every record made before it
 has been read (the rings hand records over in the order they were made), and never where the
 previous chunk ended (the step begin there is the next chunk's first record, not a new cut).
-A writer that is not in a hurry (the trace written from kept records, after the run or beside it)
-asks for chunks of at least KEPT_CHUNK_EVENTS events: each chunk costs its model and layout a
-fixed part, and the recorder's drains, one per 100 ms, hold only a few thousand each.
 The node descriptors a later op may still need (the probes describe a tensor again only when it
 changed) are carried from chunk to chunk, the latest one per tensor.
 """
@@ -32,19 +29,11 @@ class Chunk(Records):
     end_ns: int = field(kw_only=True)
 
 
-KEPT_CHUNK_EVENTS = 30_000
-"""The fewest events in a chunk of a trace written from kept records (the last chunk aside):
-measured on tiny-llama at 2 threads (docs/benchmarks.md, write), the after-run write took 1.6x
-less time than with a chunk per drain; 100 k gained little more."""
-
-
 class Chunker:
     """Takes drains, gives chunks."""
 
-    def __init__(self, counters: int, min_events: int = 0) -> None:
-        """For a run that reads `counters` perf counters; no cut until `min_events` events
-        are pending (0: a cut wherever one can be made)."""
-        self.min_events = min_events
+    def __init__(self, counters: int) -> None:
+        """For a run that reads `counters` perf counters."""
         self.pending = {name: np.empty(0, dtype)
                         for name, dtype in drained_dtypes(counters).items()}
         self.carried = np.empty(0, NODE)
@@ -66,9 +55,9 @@ class Chunker:
 
     def _cut(self) -> int | None:
         """The latest time, among the pending events (all of earlier drains), just before a step
-        (or graph) begins with none open, after the first of them, and after `min_events`."""
+        (or graph) begins with none open, after the first of them."""
         events = self.pending["events"]
-        if len(events) < max(self.min_events, 1):
+        if len(events) == 0:
             return None
         self.steps = self.steps or bool(np.any(events["kind"] == Kind.TOKEN_BEGIN))
         begin, end = ((Kind.TOKEN_BEGIN, Kind.TOKEN_END) if self.steps
@@ -86,9 +75,7 @@ class Chunker:
             else:
                 open_on.discard(tid)
         # A cut at the first pending event (the step the last chunk was cut before) makes none.
-        if cut is None or cut <= int(events["ts"].min()):
-            return None
-        return cut if np.count_nonzero(events["ts"] < cut) >= self.min_events else None
+        return cut if cut is not None and cut > int(events["ts"].min()) else None
 
     def _take(self, end_ns: int) -> Chunk:
         """Split off the records made before `end_ns`."""

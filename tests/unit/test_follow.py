@@ -45,8 +45,7 @@ def spill(tmp_path: Path, rec: Recording) -> Iterator[Spill]:
 
 
 def _started(spill: Spill, rec: Recording) -> Follower:
-    """A follower that cuts a chunk wherever it can: these runs are a few thousand events."""
-    follower = Follower.start(spill.folder, len(rec.run.counters), min_events=0)
+    follower = Follower.start(spill.folder, len(rec.run.counters))
     assert isinstance(follower, Follower), follower
     return follower
 
@@ -71,11 +70,10 @@ def _written(folder: Path) -> bool:
 
 
 def _after_the_run(folder: Path, spill: Spill, run: Run, out: Path) -> bytes:
-    """The trace write_trace writes from the folder after the run (record's old way), in the
-    follower's chunks."""
+    """The trace write_trace writes from the folder after the run (record's old way)."""
     drains = read_drains(folder, spill.dtypes)
     ended = Recording(**vars(Records.empty(len(run.counters))), run=run)
-    return write_trace(out, drains, noted(ended, drains.notes), min_events=0).files[0].read_bytes()
+    return write_trace(out, drains, noted(ended, drains.notes)).files[0].read_bytes()
 
 
 def test_the_follower_writes_the_after_run_trace_at_idle_priority(
@@ -156,7 +154,7 @@ from profinfer_perfetto.encode.follow import Follower
 from tests import synthetic
 rec = synthetic.decode_run(3, steps=10)
 spill = Spill(Path(sys.argv[1]), len(rec.run.counters))
-follower = Follower.start(spill.folder, len(rec.run.counters), min_events=0)
+follower = Follower.start(spill.folder, len(rec.run.counters))
 for drained in synthetic.drains(rec, 7):
     spill(drained, rec.run)
 spill.finish()

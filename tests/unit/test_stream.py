@@ -40,8 +40,8 @@ SMALL_TABLE = 40
 
 
 
-def _streamed(rec: Recording, out: Path, drains: int, min_events: int = 0) -> TraceStream:
-    stream = TraceStream(out, min_events=min_events)
+def _streamed(rec: Recording, out: Path, drains: int) -> TraceStream:
+    stream = TraceStream(out)
     for drained in synthetic.drains(rec, drains):
         assert stream(drained, replace(rec.run, status="running")) is None
     stream.finish(rec)
@@ -55,17 +55,14 @@ def _whole(rec: Recording, out: Path) -> Path:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize(("max_table", "min_events"),
-                         [(layout.MAX_TABLE, 0), (SMALL_TABLE, 0), (layout.MAX_TABLE, 700)])
+@pytest.mark.parametrize("max_table", [layout.MAX_TABLE, SMALL_TABLE])
 def test_every_metric_answers_as_for_the_whole_run(
-        tmp_path: Path, engine: str, max_table: int, min_events: int,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, engine: str, max_table: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks go on with the sequences of the chunks before, interning only what is new; with
-    a small MAX_TABLE the tables start over every few chunks, and every sequence with them;
-    with a minimum of events per chunk (the after-run write's) they are fewer and longer."""
+    a small MAX_TABLE the tables start over every few chunks, and every sequence with them."""
     monkeypatch.setattr(layout, "MAX_TABLE", max_table)
     rec = synthetic.decode_run(3, steps=30)
-    stream = _streamed(rec, tmp_path / "streamed.pftrace", drains=12, min_events=min_events)
+    stream = _streamed(rec, tmp_path / "streamed.pftrace", drains=12)
     assert stream.cont.first_step > 1, "it was written in several chunks"
     assert (stream.tables.generation > 1) == (max_table == SMALL_TABLE)
     whole = _whole(rec, tmp_path / "whole.pftrace")
@@ -95,19 +92,6 @@ def test_a_step_longer_than_a_drain_makes_no_empty_chunk() -> None:
     assert all(len(c.events) for c in chunks)
     assert sum(len(c.events) for c in chunks) == len(rec.events)
     assert len(chunks) <= 11, "at most one chunk per step"
-
-
-@pytest.mark.parametrize("min_events", [1, 500, 10**9])
-def test_a_chunk_holds_at_least_its_minimum_of_events(min_events: int) -> None:
-    """No cut until `min_events` are pending: every chunk but the last holds that many, and
-    together they hold every event once."""
-    rec = synthetic.decode_run(4, steps=20)
-    chunker = Chunker(1, min_events)
-    chunks = [c for d in synthetic.drains(rec, 40) if (c := chunker.add(d)) is not None]
-    chunks.append(chunker.finish(int(rec.events["ts"].max()) + 1))
-    assert all(len(c.events) >= min_events for c in chunks[:-1])
-    assert sum(len(c.events) for c in chunks) == len(rec.events)
-    assert (len(chunks) == 1) == (min_events > len(rec.events))
 
 
 def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: Path) -> None:
