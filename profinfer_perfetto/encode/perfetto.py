@@ -96,10 +96,8 @@ class _Interned:
         self.value_list: list[str] = []
         """`values` in iid order (a sequence's unseen ones are a slice of it)."""
         self.annotations: dict[tuple[str, type, ArgValue], bytes] = {}
-        self.blobs: list[bytes] = []
-        """Each arg set of the layout tables, serialized."""
         self.table: _Bytes = _table([])
-        """`blobs` back to back."""
+        """Each arg set of the layout tables, serialized, back to back."""
         self._filled = ((0, 0, 0), (0, 0, 0)), pb.InternedData()
         """The entries added after a sequence saw some (`fill`), by the counts seen then and
         now: one message for the sequences of a chunk that saw the same."""
@@ -111,10 +109,9 @@ class _Interned:
         """What the layout adds to its tables."""
         self.event_names = layout.strings
         known = self.annotations
-        for args in layout.arg_sets[len(self.blobs):]:  # a loop per arg, kept lean
-            self.blobs.append(b"".join([known.get((k, type(v), v)) or self.annotation(k, v)
-                                        for k, v in args]))
-        self.table = _table(self.blobs)
+        blobs = [b"".join([known.get((k, type(v), v)) or self.annotation(k, v) for k, v in args])
+                 for args in layout.arg_sets[len(self.table[1]):]]  # a loop per arg, kept lean
+        self.table = _appended(self.table, _table(blobs))
 
     def annotation(self, key: str, value: ArgValue) -> bytes:
         """A debug annotation field; one `key: value` pair is serialized once."""
@@ -320,6 +317,13 @@ def _table(blobs: list[bytes]) -> _Bytes:
     """Byte strings back to back: the source, each one's start in it and its size."""
     size = np.array([len(b) for b in blobs], np.int64)
     return np.frombuffer(b"".join(blobs), np.uint8), np.cumsum(size) - size, size
+
+
+def _appended(table: _Bytes, more: _Bytes) -> _Bytes:
+    """`more` after `table`'s strings (each chunk's new arg sets after the ones before)."""
+    source, start, size = table
+    return (np.concatenate([source, more[0]]), np.concatenate([start, more[1] + len(source)]),
+            np.concatenate([size, more[2]]))
 
 
 def _descriptions(layout: Layout, written: Written) -> _Bytes:

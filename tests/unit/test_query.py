@@ -57,13 +57,12 @@ def test_metric_golden(cli: Cli, metric: str, engine: str) -> None:
 def _written_out(layout: Layout, written: Written) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every op slice's node description in full, without a number (as traces were written
     before descriptions were numbered)."""
-    blobs = written.interned.blobs
-    size = np.array([len(b) for b in blobs], np.int64)
+    source, blob_start, blob_size = written.interned.table
     rows = np.flatnonzero(layout.desc >= 0)
     start, length = np.zeros(len(layout), np.int64), np.zeros(len(layout), np.int64)
-    start[rows] = (np.cumsum(size) - size)[layout.desc[rows]]
-    length[rows] = size[layout.desc[rows]]
-    return np.frombuffer(b"".join(blobs), np.uint8), start, length
+    start[rows] = blob_start[layout.desc[rows]]
+    length[rows] = blob_size[layout.desc[rows]]
+    return source, start, length
 
 
 @pytest.mark.parametrize("engine", ENGINES)
