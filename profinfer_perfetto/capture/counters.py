@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import struct
 from pathlib import Path
-from typing import Any
 
+from profinfer_perfetto.capture.syscalls import SYS_BPF, SYS_PERF_EVENT_OPEN, syscall
 from profinfer_perfetto.errors import ProfinferError
 
 # perf_event_open types and configs by the names `perf list` uses.
@@ -43,8 +42,6 @@ _READ_FORMAT_AT = 32
 """perf_event_attr.read_format, after type, size, config, sample_period and sample_type."""
 _READ_TIMES = 1 | 2
 """PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING."""
-_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
-_SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _BPF_ENABLE_STATS = 32
 _BPF_STATS_RUN_TIME = 0
 
@@ -129,14 +126,6 @@ def _field(folder: Path, spec: str, key: str, value: str) -> int:
     return config
 
 
-def _syscall(numbers: dict[str, int], *args: Any) -> int:
-    """A raw system call by its number on this architecture; -1 where none is listed."""
-    number = numbers.get(platform.machine())
-    if number is None:
-        return -1
-    return int(ctypes.CDLL(None, use_errno=True).syscall(number, *args))
-
-
 _PERF_FLAG_FD_CLOEXEC = 8
 
 
@@ -148,7 +137,7 @@ def counting_fd(kind: int, config: int, pid: int = -1, cpu: int = -1) -> int:
     ctypes.memmove(attr, (ctypes.c_uint32 * 2)(kind, 128), 8)
     ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint64 * 1)(config), 8)
     ctypes.memmove(ctypes.addressof(attr) + _READ_FORMAT_AT, (ctypes.c_uint64 * 1)(_READ_TIMES), 8)
-    return _syscall(_PERF_EVENT_OPEN, attr, pid, cpu, -1, _PERF_FLAG_FD_CLOEXEC)
+    return syscall(SYS_PERF_EVENT_OPEN, attr, pid, cpu, -1, _PERF_FLAG_FD_CLOEXEC)
 
 
 def counted_share(fds: list[int]) -> float:
@@ -186,5 +175,5 @@ def enable_run_time_stats() -> int | None:
     """Have the kernel time every BPF program run while the returned fd is open
     (BPF_ENABLE_STATS, Linux 5.8+); None where it cannot."""
     attr = ctypes.c_uint32(_BPF_STATS_RUN_TIME)
-    fd = _syscall(_SYS_BPF, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
+    fd = syscall(SYS_BPF, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
     return fd if fd >= 0 else None

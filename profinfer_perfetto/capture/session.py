@@ -28,6 +28,7 @@ from profinfer_perfetto.capture.counters import (
     opened_configs,
 )
 from profinfer_perfetto.capture.events import BATCH, NODE, OP_STATS, ROUTE, Ring, event_dtype
+from profinfer_perfetto.capture.links import UPROBE_MULTI, link_uprobes
 from profinfer_perfetto.capture.program import RingSizes
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.run import ProbeCost
@@ -137,7 +138,10 @@ class ProbeSession:
                 table[table.Key(op)] = table.Leaf(1)
         self._attach = UprobeAttacher()
         self._close_perf_event = ctypes.CDLL("libbcc.so.0").bpf_close_perf_event_fd
-        self._attached: dict[Probe, bytes] = {}
+        self._attached: dict[Probe, bytes | int] = {}
+        """Each probe's perf event (BCC's name for it) or link (its fd)."""
+        self._linked: set[bytes] = set()
+        """The programs loaded for links."""
         self._stats_fd = enable_run_time_stats()
 
     def _chain_describer(self) -> None:
@@ -154,16 +158,46 @@ class ProbeSession:
         chain[ctypes.c_int(0)] = ctypes.c_int(fn.fd)
 
     def attach(self, probes: tuple[Probe, ...], pid: int) -> None:
+        """Attach probes; those of one program in one file as one link where the kernel can
+        (capture/links.py), the others one by one. Detach them as they were attached."""
+        groups: dict[tuple[str, Path, bool], list[Probe]] = {}
         for probe in probes:
-            self._attached[probe] = self._attach(self._bpf, probe, pid)
+            groups.setdefault((probe.fn, probe.path, probe.ret), []).append(probe)
+        for group in groups.values():
+            if len(group) < 2 or not self._link(group, pid):
+                for probe in group:
+                    self._attached[probe] = self._attach(self._bpf, probe, pid)
+
+    def _link(self, group: list[Probe], pid: int) -> bool:
+        """Attach probes of one program in one file as a link; False where the kernel cannot
+        (its program is then loaded anew for attaching them one by one)."""
+        fn = group[0].fn.encode()
+        if fn in self._bpf.funcs and fn not in self._linked:
+            return False  # loaded for one-by-one probes before
+        try:
+            prog = self._bpf.load_func(fn, self._bpf.KPROBE, attach_type=UPROBE_MULTI)
+        except Exception:  # BCC raises Exception; the probes are tried one by one
+            return False
+        fd = link_uprobes(prog.fd, group[0].path, [p.offset for p in group], group[0].ret, pid)
+        if fd < 0:
+            os.close(self._bpf.funcs.pop(fn).fd)
+            return False
+        self._linked.add(fn)
+        self._attached |= dict.fromkeys(group, fd)
+        return True
 
     def detach(self, probes: tuple[Probe, ...]) -> None:
         """Remove probes, all at once: removing one waits for the kernel (Linux 6.18: 0.7-0.9 s
         for the seven op probes in all), and a probe still in place keeps trapping meanwhile."""
-        names = [self._attached.pop(p) for p in probes if p in self._attached]
+        taken = [self._attached.pop(p) for p in probes if p in self._attached]
+        names = [t for t in taken if isinstance(t, bytes)]
+        links = {t for t in taken if isinstance(t, int)}
+        if links & set(self._attached.values()):
+            raise ValueError("a link's probes are detached together")
         fds = [self._bpf.uprobe_fds[name] for name in names]
         with ThreadPoolExecutor(min(max(len(fds), 1), 64)) as pool:  # ctypes calls drop the GIL
             list(pool.map(self._close_perf_event, fds))
+            list(pool.map(os.close, links))
         for name in names:
             self._bpf._del_uprobe_fd(name)  # BCC's bookkeeping, as detach_uprobe_event does
 
@@ -225,8 +259,8 @@ class ProbeSession:
         return {name: counted_share(fds) for name, fds in self._counter_fds.items()}
 
     def close(self) -> None:
-        # All at once: BCC's cleanup removes its probes one by one, 0.2 s each here, a minute
-        # for the 250 probes of a build with llamafile's and the matmuls' inner barriers.
+        # All at once: BCC's cleanup removes its probes one by one, 0.1-0.2 s each here (the
+        # inner barriers' 230, where the kernel refuses their links, took 21 s even so).
         self.detach(tuple(self._attached))
         for fds in self._counter_fds.values():
             for fd in fds:

@@ -91,7 +91,8 @@ InnerWaitsOption = Annotated[
     bool,
     typer.Option("--inner-waits", help="Also probe the barriers inside ops (matmuls, "
                  "CPU_REPACK, llamafile) and draw their waits within the op: two more "
-                 "traps per such barrier, and seconds to remove the probes at the end."),
+                 "traps per such barrier (and, before Linux 6.6, seconds to remove the "
+                 "probes at the end)."),
 ]
 FloorOption = Annotated[
     bool,
