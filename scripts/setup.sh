@@ -55,17 +55,11 @@ if [ ! -x .venv/bin/python ]; then
     log "creating .venv"
     /usr/bin/python3 -m venv .venv
 fi
+# The install also builds the trace encoder's renderer, encode/render.c as encode/_render.so
+# (scripts/hatch_build.py; numpy renders the same bytes where it is absent).
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
-
-# 3b. The trace encoder's compiled renderer (encode/render.c, loaded by encode/native.py; numpy
-#     renders the same bytes where it is absent), built again when the C file changes.
-renderer=profinfer_perfetto/encode/_render.so
-if [ ! -f "$renderer" ] || [ profinfer_perfetto/encode/render.c -nt "$renderer" ]; then
-    log "building $renderer"
-    cc -O2 -shared -fPIC -o "$renderer" profinfer_perfetto/encode/render.c
-fi
 
 eval "$(.venv/bin/python scripts/assets.py)"
 

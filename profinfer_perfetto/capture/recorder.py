@@ -65,6 +65,8 @@ RUNTIME_WAIT_S = 30.0
 WATCH_POLL_S = 0.05
 STOP_SHOWS_S = 0.5
 """How long a process sent SIGSTOP may take to show as stopped (a guard, not a timing)."""
+STOP_POLL_S = 0.001
+"""How often _stopped looks."""
 STEER_WAIT_S = 0.2
 """--detach: the longest the steering thread sleeps before it looks whether to stop."""
 END_WAIT_S = 10.0
@@ -383,7 +385,7 @@ def _stopped(pid: int) -> bool:
     while process_state(pid) != "T":
         if time.monotonic() > deadline:
             return False
-        time.sleep(WATCH_POLL_S / 50)
+        time.sleep(STOP_POLL_S)
     return True
 
 

@@ -1,5 +1,5 @@
-"""The compiled renderer, where scripts/setup.sh built it: render.c as _render.so beside this
-file, called through ctypes over numpy buffers (no Python C API, nothing more to install).
+"""The compiled renderer, where the install built it (scripts/hatch_build.py): render.c as
+_render.so beside this file, called through ctypes over numpy buffers (no Python C API, nothing more to install).
 Where it is absent (not built, no C compiler) numpy renders the same bytes (encode/perfetto.py,
 wire.py)."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 LIBRARY = Path(__file__).with_name("_render.so")
-"""Where scripts/setup.sh builds render.c."""
+"""Where the install builds render.c."""
 ABI = 2
 """render.c's render_abi(): the functions and arguments this module calls."""
 

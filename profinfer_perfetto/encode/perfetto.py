@@ -22,7 +22,7 @@ where a value changes, DAG flow ids from a small cycle (layout.dag_flows), the i
 deflated, and each sequence's packets side by side for deflate.
 
 What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event, nor a Python
-call per node description; where scripts/setup.sh built render.c (encode/native.py), a chunk's
+call per node description; where the install built render.c (encode/native.py), a chunk's
 packets written by it in one pass over the rows from the layout's columns, and which counter
 samples to write and each row's flow ids found by it in one pass each. Else numpy renders the
 same bytes: an event's fields other than its counters and flows (type, track, name, args,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,21 @@ from profinfer_perfetto.model.trace_model import build
 from tests import synthetic
 
 SOURCE = Path(native.__file__).with_name("render.c")
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
 def renderer(tmp_path_factory: pytest.TempPathFactory) -> native.Renderer:
-    """render.c built as scripts/setup.sh builds it, in a folder of the test's own."""
-    library = tmp_path_factory.mktemp("native") / "_render.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(library), str(SOURCE)],
-                   check=True)
+    """render.c as the package's wheel carries it (built by scripts/hatch_build.py): a wheel
+    for this platform, no longer a pure-Python one."""
+    folder = tmp_path_factory.mktemp("native")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(folder), str(ROOT)], check=True)
+    (wheel,) = folder.glob("*.whl")
+    assert not wheel.name.endswith("-none-any.whl"), wheel.name
+    library = folder / "_render.so"
+    with zipfile.ZipFile(wheel) as built:
+        library.write_bytes(built.read("profinfer_perfetto/encode/_render.so"))
     loaded = native.load(library)
     assert loaded is not None
     return loaded
