@@ -1,7 +1,7 @@
 """The compiled renderer, where the install built it (scripts/hatch_build.py): render.c as
-_render.so beside this file, called through ctypes over numpy buffers (no Python C API, nothing more to install).
-Where it is absent (not built, no C compiler) numpy renders the same bytes (encode/perfetto.py,
-wire.py)."""
+_render.so beside this file, called through ctypes over numpy buffers (no Python C API, nothing
+more to install). Where it is absent (not built, no C compiler) numpy renders the same bytes
+(encode/perfetto.py, wire.py)."""
 
 from __future__ import annotations
 
