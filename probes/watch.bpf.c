@@ -8,7 +8,8 @@
 // process's memory map, attaches the op probes if the runtime is there, and resumes it: the
 // probes are in place before the runtime's first instruction, however it was loaded.
 //
-// Defined by user space (capture/abi.py): STOP_* reasons, struct layout checks.
+// Defined by user space (capture/abi.py): STOP_* reasons, MISSED_* indices, struct layout
+// checks.
 
 #include <uapi/linux/ptrace.h>
 
@@ -21,6 +22,19 @@ struct stop {
 
 BPF_HASH(tree, u32, u8, 65536);  // process ids of the tree (threads' ids may join: harmless)
 BPF_RINGBUF_OUTPUT(stops, 1);
+// Stops not made: [MISSED_SIGNAL] the kernel refused the signal, [MISSED_RING] the ring was
+// full, [MISSED_ERROR] the signal's last error (user space says so in the run's notes).
+BPF_ARRAY(missed, s64, MISSED_ERROR + 1);
+
+static __always_inline void miss(u32 why, s64 error) {
+    s64 *count = missed.lookup(&why);
+    if (count)
+        __sync_fetch_and_add(count, 1);
+    u32 at = MISSED_ERROR;
+    s64 *last = missed.lookup(&at);
+    if (last && error)
+        *last = error;
+}
 
 TRACEPOINT_PROBE(sched, sched_process_fork) {
     u32 parent = bpf_get_current_pid_tgid() >> 32;
@@ -42,10 +56,14 @@ static __always_inline int stop_here(u32 reason) {
     // leave the process stopped, or, were the signal refused, user space would resume the
     // process at its next stop with the SIGCONT meant for this one.
     struct stop *s = stops.ringbuf_reserve(sizeof(struct stop));
-    if (!s)
+    if (!s) {
+        miss(MISSED_RING, 0);
         return 0;
-    if (bpf_send_signal(SIGSTOP) != 0) {
+    }
+    long error = bpf_send_signal(SIGSTOP);
+    if (error != 0) {
         stops.ringbuf_discard(s, 0);
+        miss(MISSED_SIGNAL, error);
         return 0;
     }
     s->tgid = tgid;

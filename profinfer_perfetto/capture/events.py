@@ -186,6 +186,17 @@ class StopReason(IntEnum):
 STOP = np.dtype([("tgid", "<u4"), ("reason", "<u4")])
 """A process of the launched command that the watch program stopped (struct stop)."""
 
+
+class Missed(IntEnum):
+    """The watch program's `missed` array: the stops it could not make, and why."""
+
+    SIGNAL = 0
+    """The kernel refused the SIGSTOP (bpf_send_signal)."""
+    RING = 1
+    """The ring of stops was full."""
+    ERROR = 2
+    """The last error bpf_send_signal gave (a negative errno)."""
+
 ROUTE_TOKENS = 8
 """Tokens per routing record."""
 ROUTE_EXPERTS = 16

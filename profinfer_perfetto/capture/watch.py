@@ -27,7 +27,7 @@ import numpy as np
 from profinfer_perfetto.analysis.elf import ElfFile
 from profinfer_perfetto.analysis.target import LOADER_SYMBOL, Probe
 from profinfer_perfetto.capture import abi
-from profinfer_perfetto.capture.events import STOP
+from profinfer_perfetto.capture.events import STOP, Missed
 from profinfer_perfetto.capture.program import probe_source
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.session import UprobeAttacher, import_bcc
@@ -79,6 +79,12 @@ class Watcher:
         self._held.update(stops["tgid"].tolist())
         return stops
 
+    def missed(self) -> str | None:
+        """The stops the watch program could not make so far, in a sentence for the run's notes
+        (None: it made every one). A process that went on past one was not looked at there."""
+        table = self._bpf[b"missed"]
+        return missed_stops(*(int(table[table.Key(why)].value) for why in Missed))
+
     def resume(self, tgid: int) -> None:
         self._held.discard(tgid)
         resume(tgid)
@@ -106,6 +112,16 @@ class Watcher:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(end=exc_type is not None)
+
+
+def missed_stops(refused: int, full: int, error: int) -> str | None:
+    """The watch program's `missed` array in a sentence; None where it missed none."""
+    said = [f"{refused} refused by the kernel ({os.strerror(-error)})" if refused else "",
+            f"{full} lost to a full ring" if full else ""]
+    if not any(said):
+        return None
+    return "the watch program missed stops of the launched command: " + ", ".join(
+        s for s in said if s)
 
 
 def resume(tgid: int) -> None:

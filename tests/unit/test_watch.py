@@ -4,6 +4,7 @@ test_launch.py, as root.)"""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from profinfer_perfetto.capture import recorder
-from profinfer_perfetto.capture.watch import process_state, resume, send
+from profinfer_perfetto.capture.watch import missed_stops, process_state, resume, send
 
 
 @contextmanager
@@ -78,3 +79,21 @@ def test_a_found_process_that_its_stop_did_not_hold_is_stopped_and_said() -> Non
         note = recorder._hold(child.pid, "cat")
         assert note is not None and "did not hold" in note
         assert process_state(child.pid) == "T"
+
+
+def test_the_stops_the_watch_program_missed_are_said() -> None:
+    assert missed_stops(0, 0, 0) is None
+    assert missed_stops(2, 0, -errno.EBUSY) == (
+        "the watch program missed stops of the launched command: 2 refused by the kernel "
+        "(Device or resource busy)")
+    assert missed_stops(1, 3, -errno.EAGAIN) == (
+        "the watch program missed stops of the launched command: 1 refused by the kernel "
+        "(Resource temporarily unavailable), 3 lost to a full ring")
+
+
+def test_a_command_whose_runtime_was_not_found_is_told_why() -> None:
+    assert recorder._not_loaded("sh", "exit 0", 30, None) == (
+        "sh ended (exit 0) without loading the ggml runtime: is it a llama.cpp (ggml) program?")
+    assert recorder._not_loaded("sh", None, 30, "the watch program missed stops") == (
+        "sh did not load the ggml runtime in its first 30 s (the watch program missed stops) "
+        "(use --duration to wait longer)")
