@@ -5,7 +5,9 @@ threads) and each candidate, CHECKS runs of `profinfer-perfetto ab --runs PAIRS 
 against the same command as the baseline: the same command again (a false alarm if flagged),
 ffn_down's matmuls (named ffn_out) 10 % and 5 % slower by a libggml-cpu built for it
 (bench/slowed.py), and a busy loop pinned to the last CPU while each candidate run runs (both
-to be caught). The candidates take turns (check i of each, then check i + 1 of each), so a
+to be caught); and that slowed build with nothing slowed (0 %), which tells what the build of
+its own moves (a check that flags another op than ffn_out there was not caused by the slowing).
+The candidates take turns (check i of each, then check i + 1 of each), so a
 slower hour of the machine falls on all of them alike.
 
 Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i), recorded only
@@ -68,6 +70,7 @@ def candidates(cpu: int) -> dict[str, Candidate]:
     command made from the baseline's."""
     return {"same command": lambda command: command,
             f"{SLOWED} 10 % slower": _slowed(10), f"{SLOWED} 5 % slower": _slowed(5),
+            f"{SLOWED} 0 % slower (the slowed build, nothing slowed)": _slowed(0),
             f"busy loop on CPU {cpu} (candidate runs only)": _hogged(cpu)}
 
 
