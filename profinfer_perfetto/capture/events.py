@@ -197,6 +197,7 @@ class Missed(IntEnum):
     ERROR = 2
     """The last error bpf_send_signal gave (a negative errno)."""
 
+
 ROUTE_TOKENS = 8
 """Tokens per routing record."""
 ROUTE_EXPERTS = 16

@@ -2,7 +2,7 @@
 made by one system call and removed by closing it.
 
 A uprobe attached on its own (a perf event) is removed after a wait for the kernel of its own:
-the 247 probes of --inner-waits took 23 s to remove on Linux 6.18, one after the other whatever
+the 230 probes of --inner-waits took 21 s to remove on Linux 6.18, one after the other whatever
 the threads closing them. A link's uprobes are removed together, after one wait. Its program is
 loaded for the link (attach type UPROBE_MULTI) and cannot be attached as a perf event too.
 """
