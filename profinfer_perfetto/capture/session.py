@@ -35,6 +35,12 @@ from profinfer_perfetto.capture.run import ProbeCost
 from profinfer_perfetto.errors import ProfinferError
 
 
+DESCRIBER_CALLERS = frozenset({b"graph_begin", b"vk_graph_begin"})
+"""The programs that tail-call describe_more (describe_graph in probes/ggml.bpf.c): the programs
+that share a program array share its attach type (Linux 6.18 refuses to load graph_begin for
+uprobe_multi beside the plain describe_more), so they are attached as perf events."""
+
+
 def import_bcc() -> Any:
     try:
         import bcc
@@ -172,8 +178,8 @@ class ProbeSession:
         """Attach probes of one program in one file as a link; False where the kernel cannot
         (its program is then loaded anew for attaching them one by one)."""
         fn = group[0].fn.encode()
-        if fn in self._bpf.funcs and fn not in self._linked:
-            return False  # loaded for one-by-one probes before
+        if fn in DESCRIBER_CALLERS or (fn in self._bpf.funcs and fn not in self._linked):
+            return False  # a describer's caller, or loaded for one-by-one probes before
         try:
             prog = self._bpf.load_func(fn, self._bpf.KPROBE, attach_type=UPROBE_MULTI)
         except Exception:  # BCC raises Exception; the probes are tried one by one

@@ -9,6 +9,7 @@ import pytest
 from profinfer_perfetto.capture import abi
 from profinfer_perfetto.capture.events import MAX_COUNTERS, NODE, Backend, Kind, Ring, TokenEntry
 from profinfer_perfetto.capture.program import probe_source
+from profinfer_perfetto.capture.session import DESCRIBER_CALLERS
 
 
 @pytest.mark.parametrize("counters", [0, 1, MAX_COUNTERS])
@@ -41,3 +42,12 @@ def test_every_kind_and_constant_is_defined() -> None:
 def test_the_probes_define_no_abi_constant_themselves() -> None:
     defined = set(re.findall(r"^\s*#\s*define\s+(\w+)", probe_source(), re.MULTILINE))
     assert not defined & set(abi.constants())
+
+
+def test_the_describer_s_callers_are_the_ones_kept_off_links() -> None:
+    """The probe programs that tail-call describe_more (through describe_graph) are those the
+    session attaches as perf events, as describe_more is (capture/session.py)."""
+    bodies = re.finditer(r"^int (\w+)\(struct pt_regs \*ctx\) \{(.*?)^\}", probe_source(),
+                         re.M | re.S)
+    callers = {m.group(1).encode() for m in bodies if "describe_graph(" in m.group(2)}
+    assert callers == DESCRIBER_CALLERS
