@@ -34,7 +34,6 @@ from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.run import ProbeCost
 from profinfer_perfetto.errors import ProfinferError
 
-
 DESCRIBER_CALLERS = frozenset({b"graph_begin", b"vk_graph_begin"})
 """The programs that tail-call describe_more (describe_graph in probes/ggml.bpf.c): the programs
 that share a program array share its attach type (Linux 6.18 refuses to load graph_begin for
