@@ -19,6 +19,9 @@ RENDERER = "profinfer_perfetto/encode/_render.so"
 
 
 class RendererHook(BuildHookInterface):  # type: ignore[type-arg]
+    folder: str | None = None
+    """Where a wheel's renderer is built, until the wheel holds it."""
+
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel":
             return
@@ -26,11 +29,17 @@ class RendererHook(BuildHookInterface):  # type: ignore[type-arg]
         if cc is None:
             self.app.display_warning("no C compiler (cc): the trace encoder renders with numpy")
             return
-        built = (Path(self.root, RENDERER) if version == "editable"
-                 else Path(tempfile.mkdtemp(), "_render.so"))
+        if version != "editable":
+            self.folder = tempfile.mkdtemp()
+        built = Path(self.folder, "_render.so") if self.folder else Path(self.root, RENDERER)
         subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(built),
                         str(Path(self.root, "profinfer_perfetto/encode/render.c"))], check=True)
-        if version != "editable":
+        if self.folder:
             build_data["force_include"][str(built)] = RENDERER
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        """The wheel holds the renderer now: its folder goes."""
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)

@@ -116,12 +116,11 @@ class Watcher:
 
 def missed_stops(refused: int, full: int, error: int) -> str | None:
     """The watch program's `missed` array in a sentence; None where it missed none."""
-    said = [f"{refused} refused by the kernel ({os.strerror(-error)})" if refused else "",
-            f"{full} lost to a full ring" if full else ""]
-    if not any(said):
+    said = ([f"{refused} refused by the kernel ({os.strerror(-error)})"] if refused else []) + (
+        [f"{full} lost to a full ring"] if full else [])
+    if not said:
         return None
-    return "the watch program missed stops of the launched command: " + ", ".join(
-        s for s in said if s)
+    return "the watch program missed stops of the launched command: " + ", ".join(said)
 
 
 def resume(tgid: int) -> None:
