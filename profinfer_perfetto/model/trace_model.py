@@ -372,8 +372,8 @@ def _split_steps(graphs: Spans, tokens: Spans) -> np.ndarray:
     high = np.full(len(tokens), np.iinfo(np.int64).min)
     np.minimum.at(low, step[inside], aux[inside])
     np.maximum.at(high, step[inside], aux[inside])
-    split = high > low
-    return np.where((step >= 0) & split[np.maximum(step, 0)], step, -1)
+    split = np.append(high > low, False)  # the last: graphs in no step (step -1)
+    return np.where(split[step], step, -1)
 
 
 def _key(record: np.void) -> bytes:

@@ -55,6 +55,14 @@ def test_ops_outside_any_graph_are_dropped_and_counted() -> None:
     assert len(model.ops) == 0 and model.dropped_ops == 6
 
 
+def test_graphs_in_no_token_step_keep_their_ops_and_edges() -> None:
+    rec = synthetic.recording()  # a chunk of graphs whose token step is not in it
+    rec.events = rec.events[~np.isin(rec.events["kind"], [Kind.TOKEN_BEGIN, Kind.TOKEN_END])]
+    model = build(rec)
+    assert len(model.tokens) == 0 and len(model.graphs) == 1 and len(model.ops) == 6
+    assert model.edges.tolist() == [[0, 1], [0, 3], [1, 3]]
+
+
 def test_names() -> None:
     assert layer_of("ffn_gate-17") == 17 and layer_of("embd") == -1
     assert token_phase(7, 0) == "prefill" and token_phase(1, 0) == "decode"
