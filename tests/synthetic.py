@@ -16,7 +16,6 @@ import numpy as np
 from profinfer_perfetto.analysis.ggml import GgmlInfo, RuntimeLayout, TensorLayout
 from profinfer_perfetto.capture.events import (
     NODE,
-    SCHED,
     Backend,
     HostCall,
     Kind,
@@ -220,4 +219,4 @@ def drains(rec: Recording, count: int) -> list[Drained]:
         return picked
 
     return [Drained(part(rec.events, i), part(rec.nodes, i), part(rec.routes, i),
-                    part(rec.batches, i), np.empty(0, SCHED)) for i in range(count)]
+                    part(rec.batches, i), part(rec.sched, i)) for i in range(count)]

@@ -21,7 +21,7 @@ import io
 import os
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,7 +39,9 @@ from profinfer_perfetto.model.totals import RunTotals
 from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
 
 QUEUED_DRAINS = 20
-"""Drains (of 100 ms each) that may wait for the writer."""
+"""Drains (of 100 ms each) that may wait for the modeller."""
+QUEUED_MODELS = 2
+"""Modelled chunks that may wait for the writer."""
 
 
 def part_path(output: Path) -> Path:
@@ -59,12 +61,27 @@ class Rotation:
         return output.with_name(f"{output.stem}.{index:03d}{output.suffix}")
 
 
+@dataclass(frozen=True)
+class _Modelled:
+    """A chunk's model, on its way from the modeller to the writer: with the run as the drain
+    that completed it knew it, and the tasks and programs known up to it (what a new file's
+    scheduling names)."""
+
+    model: TraceModel
+    run: Run
+    tasks: dict[int, Task]
+    programs: dict[int, str]
+
+
 class TraceStream:
     """A sink for record(): writes each chunk of the run as it completes.
 
-    The drains are modelled and written on a thread of their own, so that the recorder drains
-    the rings on time however long a chunk takes; at most QUEUED_DRAINS wait for it (then the
-    recorder waits, and a ring that fills meanwhile says what it lost).
+    Two threads of their own, a pipeline: the modeller cuts the drains into chunks and models
+    each (model/), the writer lays each model out, encodes and appends it (encode/), so the
+    two halves of a chunk's cost overlap (numpy lets go of the GIL in its loops). The recorder
+    drains the rings on time however long a chunk takes; at most QUEUED_DRAINS wait for the
+    modeller and QUEUED_MODELS for the writer (then the recorder waits, and a ring that fills
+    meanwhile says what it lost).
     """
 
     def __init__(self, output: Path, rotation: Rotation | None = None) -> None:
@@ -76,6 +93,7 @@ class TraceStream:
         self.chunker: Chunker | None = None
         """Made with the run's first drain (its events' layout depends on its counters)."""
         self.cont = Continuation(final=False)
+        """The modeller's: where its next chunk continues from."""
         self.tables = Tables()
         self.tasks: dict[int, Task] = {}
         self.programs: dict[int, str] = {}
@@ -84,12 +102,18 @@ class TraceStream:
         self.failed: str | None = None
         """Why writing stopped (the disk filled up), if it did."""
         self.error: Exception | None = None
-        """What went wrong in the writer, if it was not the disk."""
+        """What went wrong in the modeller or the writer, if it was not the disk."""
         self.last: TraceModel | None = None
+        """The last chunk written (not a file's closing one)."""
         self._open(create_new(part_path(self.path)))
         self.queue: queue.Queue[tuple[Drained, Run] | None] = queue.Queue(QUEUED_DRAINS)
-        self.worker = threading.Thread(target=self._work, name="trace writer", daemon=True)
-        self.worker.start()
+        self.models: queue.Queue[_Modelled | None] = queue.Queue(QUEUED_MODELS)
+        self.modeller = threading.Thread(target=self._model_drains, name="trace modeller",
+                                         daemon=True)
+        self.writer = threading.Thread(target=self._write_models, name="trace writer",
+                                       daemon=True)
+        self.modeller.start()
+        self.writer.start()
 
     @property
     def path(self) -> Path:
@@ -112,16 +136,30 @@ class TraceStream:
             self.queue.put((drained, run))
         return self.failed
 
-    def _work(self) -> None:
-        """Take drains until told to stop; after a failure, only take them (the capture is
-        told to stop at its next drain)."""
+    def _fail(self, exc: Exception) -> None:
+        """A bug: the capture stops, record exits with 3."""
+        self.error = exc
+        self.failed = f"the trace writer failed ({exc!r})"
+
+    def _model_drains(self) -> None:
+        """Take drains until told to stop, then tell the writer; after a failure, only take
+        them (the capture is told to stop at its next drain)."""
         while (item := self.queue.get()) is not None:
             if self.failed is None:
                 try:
                     self._take(*item)
-                except Exception as exc:  # a bug: the capture stops, record exits with 3
-                    self.error = exc
-                    self.failed = f"the trace writer failed ({exc!r})"
+                except Exception as exc:
+                    self._fail(exc)
+        self.models.put(None)
+
+    def _write_models(self) -> None:
+        """Write the modelled chunks until told to stop; after a failure, only take them."""
+        while (modelled := self.models.get()) is not None:
+            if self.failed is None:
+                try:
+                    self._put(modelled)
+                except Exception as exc:
+                    self._fail(exc)
 
     def _chunker(self, run: Run) -> Chunker:
         if self.chunker is None:
@@ -131,21 +169,30 @@ class TraceStream:
     def _take(self, drained: Drained, run: Run) -> None:
         chunk = self._chunker(run).add(drained)
         if chunk is not None:
-            self._write(chunk, replace(run, end_ns=chunk.end_ns), final=False)
+            model = self._model(chunk, replace(run, end_ns=chunk.end_ns), self.cont)
+            self.cont = model.then()
+            self.models.put(_Modelled(model, run, self.tasks, self.programs))
+
+    def _put(self, modelled: _Modelled) -> None:
+        """Write a chunk; then, past the size limit, go on in the next file."""
+        self._write(modelled)
         if (self.failed is None and self.rotation is not None
                 and self.size >= self.rotation.max_bytes):
-            self._rotate(run)
+            self._rotate(modelled.run)
 
-    def _stop_worker(self) -> None:
+    def _stop_workers(self) -> None:
         self.queue.put(None)
-        self.worker.join()
+        self.modeller.join()
+        self.writer.join()
 
     def finish(self, recording: Recording) -> None:
         """Write the rest of the run and how it went; the trace takes its name."""
-        self._stop_worker()
+        self._stop_workers()
         if self.failed is None:
-            chunk = self._chunker(recording.run).finish(recording.run.end_ns + 1)
-            self._write(chunk, recording.run, final=True, op_stats=recording.op_stats)
+            run = recording.run
+            chunk = self._chunker(run).finish(run.end_ns + 1)
+            model = self._model(chunk, run, replace(self.cont, final=True), recording.op_stats)
+            self._write(_Modelled(model, run, self.tasks, self.programs))
         self._close()
         if self.error is not None:
             raise self.error
@@ -155,7 +202,7 @@ class TraceStream:
 
     def abandon(self) -> None:
         """The capture failed: keep what was written (as a .part file), or nothing."""
-        self._stop_worker()
+        self._stop_workers()
         os.close(self.fd)
         if self.size == 0:
             self.part.unlink(missing_ok=True)
@@ -171,29 +218,32 @@ class TraceStream:
 
     def _rotate(self, run: Run) -> None:
         """Close this file with a `record` slice saying where the run goes on; open the next."""
-        assert self.rotation is not None
+        assert self.rotation is not None and self.last is not None
         following = self.rotation.path(self.output, self.index + 1)
-        self._write(_empty(run), replace(run, status=f"continued in {following.name}"),
-                    final=True, closing=True)
+        closing = replace(run, status=f"continued in {following.name}")
+        model = _model_chunk(_empty(run), closing, self.last.then(final=True), self.tasks)
+        self._write(_Modelled(model, closing, self.tasks, self.programs), closing=True)
         if self.failed is None:
             fd = create_new(part_path(following))  # refused: this file is still closed whole
             self._close()
             self.index += 1
             self._open(fd)
 
-    def _write(self, chunk: Chunk, run: Run, final: bool,
-               op_stats: list[tuple[int, np.ndarray]] | None = None,
-               closing: bool = False) -> None:
-        sched = None
-        if run.sched_cpus is not None:
-            sched = scheduling(chunk.sched, run, self.tasks)
-            self.tasks |= sched.tasks
-            self.programs |= sched.programs
-            if self.fresh:
-                sched = replace(sched, tasks=dict(self.tasks), programs=dict(self.programs))
-        recording = Recording(chunk.events, chunk.nodes, chunk.routes, chunk.batches,
-                              chunk.sched, run=run, op_stats=op_stats or [], scheduling=sched)
-        model = build(recording, replace(self.cont, final=final))
+    def _model(self, chunk: Chunk, run: Run, cont: Continuation,
+               op_stats: list[tuple[int, np.ndarray]] | None = None) -> TraceModel:
+        """A chunk's model; the tasks and programs it names first join the known ones (the
+        modeller's, or finish's once the modeller stopped)."""
+        model = _model_chunk(chunk, run, cont, self.tasks, op_stats)
+        if model.sched is not None:
+            self.tasks = self.tasks | model.sched.tasks
+            self.programs = self.programs | model.sched.programs
+        return model
+
+    def _write(self, modelled: _Modelled, closing: bool = False) -> None:
+        model = modelled.model
+        if self.fresh and model.sched is not None:
+            model = replace(model, sched=replace(model.sched, tasks=dict(modelled.tasks),
+                                                 programs=dict(modelled.programs)))
         out = io.BytesIO()
         packets = write_perfetto(build_layout(model, self.tables), out, self.written)
         try:
@@ -207,7 +257,6 @@ class TraceStream:
         self.packets += packets
         if not closing:
             self.totals.add(model)
-            self.cont = model.then()
             self.last = model
 
 
@@ -223,6 +272,15 @@ def write_trace(output: Path, drains: Iterable[Drained], recording: Recording) -
         raise
     stream.finish(recording)
     return stream
+
+
+def _model_chunk(chunk: Chunk, run: Run, cont: Continuation, known: Container[int],
+                op_stats: list[tuple[int, np.ndarray]] | None = None) -> TraceModel:
+    """A chunk's model, its scheduling naming the tasks that are not `known`."""
+    sched = None if run.sched_cpus is None else scheduling(chunk.sched, run, known)
+    recording = Recording(chunk.events, chunk.nodes, chunk.routes, chunk.batches,
+                          chunk.sched, run=run, op_stats=op_stats or [], scheduling=sched)
+    return build(recording, cont)
 
 
 def _empty(run: Run) -> Chunk:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.capture.events import SCHED, SchedKind
+from profinfer_perfetto.capture.run import Recording, Task
 from profinfer_perfetto.capture.spill import (
     INDEX_FILE,
     RUN_FILE,
@@ -21,13 +23,14 @@ from profinfer_perfetto.capture.spill import (
     spill_path,
 )
 from profinfer_perfetto.commands.recover import RECOVERED, RecoverCommand
+from profinfer_perfetto.encode import stream as stream_module
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, part_path, write_trace
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model import layout
 from profinfer_perfetto.model.chunks import Chunker
-from profinfer_perfetto.model.layout import build_layout
-from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.model.layout import Layout, Tables, build_layout
+from profinfer_perfetto.model.trace_model import TraceModel, build
 from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.metrics import canned
 from profinfer_perfetto.query.session import TraceQuery
@@ -113,6 +116,57 @@ def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: P
     cut.write_bytes(data[:len(data) - 100])
     with pytest.raises(ProfinferError, match="is cut short"):
         TraceQuery(cut, EngineChoice("builtin"))
+
+
+def _with_sched(rec: Recording) -> Recording:
+    """The run recorded with --sched on CPU 0: a switch every 1,000 ns, to a task new every
+    ten switches (so later chunks name tasks the earlier ones did not)."""
+    ts = np.arange(int(rec.events["ts"].min()), int(rec.events["ts"].max()), 1_000)
+    tids = 1_000 + np.arange(len(ts)) // 10
+    sched = np.zeros(len(ts), SCHED)
+    sched["ts"], sched["kind"], sched["tid"] = ts, SchedKind.SWITCH, tids
+    sched["prev_tid"] = np.append(0, tids[:-1])
+    sched["comm"] = [b"task-%d" % tid for tid in tids.tolist()]
+    tasks = {tid: Task(tid, f"task-{tid}") for tid in tids.tolist()}
+    run = replace(rec.run, sched_cpus=[0], kernel=("Linux", "6.18", "#1", "x86_64"),
+                  sched_tasks=tasks, sched_programs={tid: "/bin/task" for tid in tasks})
+    return replace(rec, sched=sched, run=run)
+
+
+def _stream_files(rec: Recording, out: Path, rotation: Rotation | None,
+                  monkeypatch: pytest.MonkeyPatch, writer_behind: bool) -> list[bytes]:
+    """The bytes of the streamed run's files; `writer_behind`: each chunk is laid out only once
+    the modeller has filled the queue between them (or stopped)."""
+    streams: list[TraceStream] = []
+
+    def held(model: TraceModel, tables: Tables | None = None) -> Layout:
+        stream = streams[0]
+        while writer_behind and not (stream.models.full() or not stream.modeller.is_alive()):
+            time.sleep(0.001)
+        return build_layout(model, tables)
+
+    monkeypatch.setattr(stream_module, "build_layout", held)
+    streams.append(TraceStream(out, rotation))
+    for drained in synthetic.drains(rec, 15):
+        assert streams[0](drained, replace(rec.run, status="running")) is None
+    streams[0].finish(rec)
+    assert len(streams[0].tasks) > 10, "later chunks named tasks of their own"
+    return [path.read_bytes() for path in streams[0].files]
+
+
+@pytest.mark.parametrize("rotation", [None, Rotation(max_bytes=4096)])
+def test_the_modeller_running_ahead_of_the_writer_changes_no_byte(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rotation: Rotation | None) -> None:
+    """The modeller models the chunks after the one the writer writes: held back each time
+    until the modeller is QUEUED_MODELS chunks ahead, the writer writes the same files, byte
+    for byte (each file's scheduling naming the tasks known up to its first chunk, each
+    rotation's closing chunk going on from the chunk before it)."""
+    rec = _with_sched(synthetic.decode_run(6, steps=30))
+    (tmp_path / "free").mkdir()
+    (tmp_path / "behind").mkdir()
+    free = _stream_files(rec, tmp_path / "free/run.pftrace", rotation, monkeypatch, False)
+    behind = _stream_files(rec, tmp_path / "behind/run.pftrace", rotation, monkeypatch, True)
+    assert behind == free and (len(free) > 2) == (rotation is not None)
 
 
 def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None:
