@@ -19,8 +19,17 @@ class BpftraceCount:
     pid stays right while other runs of the same tool (another test run) go on beside it."""
 
     def __init__(self, lib: Path, functions: dict[str, str]) -> None:
-        program = "".join(f"uprobe:{lib}:{fn} {{ @{name}[pid] = count(); }}\n"
-                          for name, fn in functions.items())
+        self._attach("".join(f"uprobe:{lib}:{fn} {{ @{name}[pid] = count(); }}\n"
+                             for name, fn in functions.items()))
+
+    @classmethod
+    def program(cls, program: str) -> BpftraceCount:
+        """bpftrace running `program`, whose counts are keyed by a pid."""
+        counter = cls.__new__(cls)
+        counter._attach(program)
+        return counter
+
+    def _attach(self, program: str) -> None:
         # bpftrace prints "Attaching N probes..." before it attaches them; with this variable
         # (what bpftrace's own runtime tests wait for) it says when they are all attached.
         self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,

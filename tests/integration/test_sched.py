@@ -16,6 +16,7 @@ from profinfer_perfetto.query.engines import EngineChoice, Result
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests import trace_reader
+from tests.integration.bpftrace_count import BpftraceCount
 from tests.integration.test_record import PROMPT, start_recorder, wait_for_a_token
 
 pytestmark = pytest.mark.root
@@ -25,6 +26,10 @@ HOG_CPU = 1
 HOG_RUNS = 50
 """Times the hog is switched back in (so switched out as often, for the target's threads on its
 CPU) before it is stopped."""
+SWITCHED_IN = "tracepoint:sched:sched_switch { @runs[args->next_pid] = count(); }"
+"""The oracle of the runs: /proc's schedstat counted one run more than the kernel's sched_switch
+tracepoint showed in about 1 of 7 runs (8 of 56, 2026-11-27; bpftrace's count of the
+tracepoint equalled the trace's in all of the 20 or so where it counted beside)."""
 
 
 def _schedstat(pid: int) -> tuple[int, int]:
@@ -73,8 +78,9 @@ def _hog_beside(recorder: subprocess.Popen[str]) -> int:
 
 def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
     """A busy loop pinned to one of the target's CPUs while it decodes, stopped before the
-    recording ends: `sched` has each time the kernel switched it in (as many as its schedstat
-    counts, but for the runs beside a switch a full ring lost), mostly on that CPU;
+    recording ends: `sched` has each time the kernel switched it in (as many as bpftrace counts
+    of the sched_switch tracepoint, but for the runs beside a switch a full ring lost), mostly
+    on that CPU;
     `interference_tasks` names it with a part of its time there (what it took while the target
     wanted the CPUs); a step's top task took a part of the time others took. (Which task is a
     step's top depends on what else the machine runs.)"""
@@ -86,9 +92,11 @@ def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
         str(assets.model("medium-llama")), "-p", PROMPT, "-n", "-1", "-t", "2", "-no-cnv",
         "--no-warmup", "-s", "1")
     wait_for_a_token(recorder)
+    bpftrace = BpftraceCount.program(SWITCHED_IN)
     pid = _hog_beside(recorder)
     try:
-        hog_ns, hog_runs = _schedstat(pid)
+        hog_ns, _ = _schedstat(pid)
+        hog_runs = bpftrace.stop(pid)["runs"]
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
