@@ -117,7 +117,6 @@ def tiled(rec: Recording, records: int) -> Recording:
 def million_op_trace() -> Path:
     path = CACHE / "ops-1m.pftrace"
     if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
         rec = medium_recording()
         model = build(tiled(rec, MILLION * len(rec.events) // len(build(rec).ops)))
         with atomic_output(path) as out:
@@ -199,7 +198,6 @@ def bench_memory() -> dict[str, Any]:
     10 and 100 times that) and against event rate (models of different speeds), streamed; and
     against capture length by default (the records kept on disk, the trace written at the
     end: its peak includes the writing)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     runs = [(model, tokens, "--stream") for model, tokens in (
         ("gemma-3-270m", 32), ("gemma-3-270m", 320), ("gemma-3-270m", 3200), ("tiny-llama", 3200),
@@ -297,7 +295,6 @@ MODES = {"floor": ["--floor"], "full": [], "no barriers": ["--no-barriers"],
 def bench_overhead(pairs: int = 8, models: tuple[str, ...] = ("gemma-3-270m", "medium-llama",
                    "medium-qwen3moe"), threads_of: tuple[int, ...] = (1, 2),
                    modes: tuple[str, ...] = tuple(MODES)) -> dict[str, Any]:
-    CACHE.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     for model in models:
         for threads in threads_of:
@@ -703,7 +700,6 @@ def _naive(layout: Layout) -> bytes:
 def bench_calibrate(rounds: int = 3) -> dict[str, Any]:
     threads = list(range(1, len(os.sched_getaffinity(0)) + 1))
     stream = CACHE / "stream_copy"
-    CACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run(["gcc", "-O2", "-fopenmp", "-o", str(stream), str(HERE / "stream_copy.c")],
                    check=True)
     memory: dict[int, dict[str, list[float]]] = {n: {"ours": [], "stream": []} for n in threads}
@@ -764,6 +760,7 @@ def main() -> None:
     results["date"] = date.today().isoformat()
     results["machine"] = (f"{platform.machine()} Linux {platform.release()}, "
                           f"{len(os.sched_getaffinity(0))} cores")
+    CACHE.mkdir(parents=True, exist_ok=True)  # where the benches keep their traces
     for name in args.only:
         results[name] = BENCHES[name]()
         results.setdefault("measured", {})[name] = f"{results['date']} on {results['machine']}"

@@ -76,15 +76,20 @@ class _Modelled:
 class TraceStream:
     """A sink for record(): writes each chunk of the run as it completes.
 
-    Two threads of their own, a pipeline: the modeller cuts the drains into chunks and models
-    each (model/), the writer lays each model out, encodes and appends it (encode/), so the
-    two halves of a chunk's cost overlap (numpy lets go of the GIL in its loops). The recorder
-    drains the rings on time however long a chunk takes; at most QUEUED_DRAINS wait for the
-    modeller and QUEUED_MODELS for the writer (then the recorder waits, and a ring that fills
-    meanwhile says what it lost).
+    The modeller, a thread of its own, cuts the drains into chunks and models each (model/),
+    then lays each model out, encodes and appends it (encode/); so the recorder drains the
+    rings on time however long a chunk takes. At most QUEUED_DRAINS wait for the modeller (then
+    the recorder waits, and a ring that fills meanwhile says what it lost).
+
+    `pipelined`: a second thread, the writer, lays out, encodes and appends while the modeller
+    models the next chunks (at most QUEUED_MODELS ahead): for a run that has ended (its cores
+    are free), the wall time of one thread's 72-86 %; but the two threads contend for the GIL
+    (numpy lets go of it in its loops), which costs CPU: 4-16 % more for tiny-llama's records,
+    40-50 % more for Gemma's smaller chunks (2026-11-27), what a capture's target would lose.
     """
 
-    def __init__(self, output: Path, rotation: Rotation | None = None) -> None:
+    def __init__(self, output: Path, rotation: Rotation | None = None,
+                 pipelined: bool = False) -> None:
         self.output, self.rotation = output, rotation
         self.files: list[Path] = []
         """The whole files written so far, oldest first (deleted ones left out)."""
@@ -110,10 +115,11 @@ class TraceStream:
         self.models: queue.Queue[_Modelled | None] = queue.Queue(QUEUED_MODELS)
         self.modeller = threading.Thread(target=self._model_drains, name="trace modeller",
                                          daemon=True)
-        self.writer = threading.Thread(target=self._write_models, name="trace writer",
-                                       daemon=True)
+        self.writer = (threading.Thread(target=self._write_models, name="trace writer",
+                                        daemon=True) if pipelined else None)
         self.modeller.start()
-        self.writer.start()
+        if self.writer is not None:
+            self.writer.start()
 
     @property
     def path(self) -> Path:
@@ -150,7 +156,8 @@ class TraceStream:
                     self._take(*item)
                 except Exception as exc:
                     self._fail(exc)
-        self.models.put(None)
+        if self.writer is not None:
+            self.models.put(None)
 
     def _write_models(self) -> None:
         """Write the modelled chunks until told to stop; after a failure, only take them."""
@@ -171,7 +178,11 @@ class TraceStream:
         if chunk is not None:
             model = self._model(chunk, replace(run, end_ns=chunk.end_ns), self.cont)
             self.cont = model.then()
-            self.models.put(_Modelled(model, run, self.tasks, self.programs))
+            modelled = _Modelled(model, run, self.tasks, self.programs)
+            if self.writer is None:
+                self._put(modelled)
+            else:
+                self.models.put(modelled)
 
     def _put(self, modelled: _Modelled) -> None:
         """Write a chunk; then, past the size limit, go on in the next file."""
@@ -183,7 +194,8 @@ class TraceStream:
     def _stop_workers(self) -> None:
         self.queue.put(None)
         self.modeller.join()
-        self.writer.join()
+        if self.writer is not None:
+            self.writer.join()
 
     def finish(self, recording: Recording) -> None:
         """Write the rest of the run and how it went; the trace takes its name."""
@@ -262,8 +274,8 @@ class TraceStream:
 
 def write_trace(output: Path, drains: Iterable[Drained], recording: Recording) -> TraceStream:
     """Write a run whose drains were kept (on disk) as the trace `output`, chunk by chunk, as
-    it was captured; `recording`: how it ended."""
-    stream = TraceStream(output)
+    it was captured (pipelined: the run has ended); `recording`: how it ended."""
+    stream = TraceStream(output, pipelined=True)
     try:
         for drained in drains:
             stream(drained, recording.run)

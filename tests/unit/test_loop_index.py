@@ -12,16 +12,22 @@ from profinfer_perfetto.analysis.target import plan_probes
 from profinfer_perfetto.capture.program import barrier_programs
 from scripts.assets import CACHE
 
+X86_64 = frozenset({f"r{r}" for r in ("ax", "bx", "cx", "dx", "si", "di", "bp")}
+                   | {f"r{n}" for n in range(8, 16)})
+ARM64 = frozenset(f"x{n}" for n in range(29))
 BUILDS = {
-    # build: (its files, the in-loop call's index and graph registers, calls after the loop)
-    "0.3.36/build-shared": (("libggml-cpu.so", "libggml-base.so"), ("r12", "rax"), 1),
-    "0.3.36/build-blas": (("libggml-cpu.so", "libggml-base.so"), ("r12", "rax"), 1),
-    "0.3.36/build-vulkan": (("libggml-cpu.so", "libggml-base.so"), ("r12", "rax"), 1),
-    # OpenMP: GOMP_barrier, behind an inlined `n_threads == 1` check that writes rax
-    "0.3.36/build-static": (("llama-completion",), ("r14", None), 1),
-    "0.3.36/build-arm64": (("libggml-cpu.so", "libggml-base.so"), ("x21", "x20"), 2),
-    "0.3.36/build-arm64-bti": (("libggml-cpu.so", "libggml-base.so"), ("x21", "x20"), 2),
-    "0.3.14/build-shared": (("libggml-cpu.so", "libggml-base.so"), ("rbx", "r14"), 1),
+    # build: (its files, the registers of its architecture, calls after the loop). Which
+    # registers the compiler chose depends on the machine that built it (native builds: the
+    # static build's index and graph were in r14 and none on one machine, in r13 and r12 on
+    # another, 2026-11-27), so the test holds what any build must have; test_barrier_nodes.py
+    # checks the nodes read against bpftrace.
+    "0.3.36/build-shared": (("libggml-cpu.so", "libggml-base.so"), X86_64, 1),
+    "0.3.36/build-blas": (("libggml-cpu.so", "libggml-base.so"), X86_64, 1),
+    "0.3.36/build-vulkan": (("libggml-cpu.so", "libggml-base.so"), X86_64, 1),
+    "0.3.36/build-static": (("llama-completion",), X86_64, 1),  # OpenMP: GOMP_barrier
+    "0.3.36/build-arm64": (("libggml-cpu.so", "libggml-base.so"), ARM64, 2),
+    "0.3.36/build-arm64-bti": (("libggml-cpu.so", "libggml-base.so"), ARM64, 2),
+    "0.3.14/build-shared": (("libggml-cpu.so", "libggml-base.so"), X86_64, 1),
 }
 
 
@@ -37,12 +43,14 @@ def _plan_of(build: str, files: tuple[str, ...]) -> tuple[list[str], tuple[LoopB
 @pytest.mark.parametrize("build", BUILDS)
 def test_the_loop_s_barrier_says_the_node_it_ends(build: str) -> None:
     """One call inside the loop: nodes[index - 1], index the register the loop compared with
-    n_nodes; the call(s) the function returns after: the graph's end; the barriers of ops
-    inlined into the loop's function: no node (barrier_enter, as before)."""
+    n_nodes (the graph in another register, or, where the call's code overwrote it, from
+    graph_begin's map); the call(s) the function returns after: the graph's end; the barriers
+    of ops inlined into the loop's function: no node (barrier_enter, as before)."""
     files, registers, n_last = BUILDS[build]
     fns, barriers = _plan_of(build, files)
     (inside,) = [b for b in barriers if not b.last]
-    assert (inside.index, inside.cgraph, inside.offset) == (*registers, -1)
+    assert inside.index in registers and inside.offset == -1
+    assert inside.cgraph is None or inside.cgraph in registers - {inside.index}
     last = [b for b in barriers if b.last]
     assert len(last) == n_last and all(b.index is None and b.cgraph is None for b in last)
     assert sorted(f for f in fns if f != "barrier_enter") == sorted(b.fn for b in barriers)

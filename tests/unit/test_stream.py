@@ -135,8 +135,9 @@ def _with_sched(rec: Recording) -> Recording:
 
 def _stream_files(rec: Recording, out: Path, rotation: Rotation | None,
                   monkeypatch: pytest.MonkeyPatch, writer_behind: bool) -> list[bytes]:
-    """The bytes of the streamed run's files; `writer_behind`: each chunk is laid out only once
-    the modeller has filled the queue between them (or stopped)."""
+    """The bytes of the streamed run's files: on one thread, or (`writer_behind`) pipelined
+    with each chunk laid out only once the modeller has filled the queue between them (or
+    stopped)."""
     streams: list[TraceStream] = []
 
     def held(model: TraceModel, tables: Tables | None = None) -> Layout:
@@ -146,7 +147,7 @@ def _stream_files(rec: Recording, out: Path, rotation: Rotation | None,
         return build_layout(model, tables)
 
     monkeypatch.setattr(stream_module, "build_layout", held)
-    streams.append(TraceStream(out, rotation))
+    streams.append(TraceStream(out, rotation, pipelined=writer_behind))
     for drained in synthetic.drains(rec, 15):
         assert streams[0](drained, replace(rec.run, status="running")) is None
     streams[0].finish(rec)
@@ -155,18 +156,18 @@ def _stream_files(rec: Recording, out: Path, rotation: Rotation | None,
 
 
 @pytest.mark.parametrize("rotation", [None, Rotation(max_bytes=4096)])
-def test_the_modeller_running_ahead_of_the_writer_changes_no_byte(
+def test_a_writer_thread_behind_the_modeller_writes_the_bytes_of_one_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rotation: Rotation | None) -> None:
-    """The modeller models the chunks after the one the writer writes: held back each time
-    until the modeller is QUEUED_MODELS chunks ahead, the writer writes the same files, byte
-    for byte (each file's scheduling naming the tasks known up to its first chunk, each
-    rotation's closing chunk going on from the chunk before it)."""
+    """Pipelined, the modeller models the chunks after the one the writer writes: held back
+    each time until the modeller is QUEUED_MODELS chunks ahead, the writer writes the same
+    files as one thread, byte for byte (each file's scheduling naming the tasks known up to
+    its first chunk, each rotation's closing chunk going on from the chunk before it)."""
     rec = _with_sched(synthetic.decode_run(6, steps=30))
-    (tmp_path / "free").mkdir()
+    (tmp_path / "one").mkdir()
     (tmp_path / "behind").mkdir()
-    free = _stream_files(rec, tmp_path / "free/run.pftrace", rotation, monkeypatch, False)
+    one = _stream_files(rec, tmp_path / "one/run.pftrace", rotation, monkeypatch, False)
     behind = _stream_files(rec, tmp_path / "behind/run.pftrace", rotation, monkeypatch, True)
-    assert behind == free and (len(free) > 2) == (rotation is not None)
+    assert behind == one and (len(one) > 2) == (rotation is not None)
 
 
 def test_rotation_makes_whole_files_and_keeps_the_newest(tmp_path: Path) -> None:
