@@ -85,7 +85,7 @@ class TraceStream:
     models the next chunks (at most QUEUED_MODELS ahead): for a run that has ended (its cores
     are free), the wall time of one thread's 72-86 %; but the two threads contend for the GIL
     (numpy lets go of it in its loops), which costs CPU: 4-16 % more for tiny-llama's records,
-    40-50 % more for Gemma's smaller chunks (2026-11-27), what a capture's target would lose.
+    about half more for Gemma's smaller chunks (2026-11-27), what a capture's target would lose.
     """
 
     def __init__(self, output: Path, rotation: Rotation | None = None,
