@@ -28,8 +28,8 @@ HOG_RUNS = 50
 CPU) before it is stopped."""
 SWITCHED_IN = "tracepoint:sched:sched_switch { @runs[args->next_pid] = count(); }"
 """The oracle of the runs: /proc's schedstat counted one run more than the kernel's sched_switch
-tracepoint showed in about 1 of 7 runs (8 of 56, 2026-11-27; bpftrace's count of the
-tracepoint equalled the trace's in all of the 20 or so where it counted beside)."""
+tracepoint showed in about 1 of 8 runs (7 of 53, 2026-11-27; bpftrace's count of the
+tracepoint equalled the trace's in all 16 where it counted beside)."""
 
 
 def _schedstat(pid: int) -> tuple[int, int]:
