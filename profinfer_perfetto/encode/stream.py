@@ -21,9 +21,10 @@ import io
 import os
 import queue
 import threading
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -37,6 +38,8 @@ from profinfer_perfetto.model.chunks import Chunk, Chunker
 from profinfer_perfetto.model.layout import Tables, build_layout
 from profinfer_perfetto.model.totals import RunTotals
 from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
+
+T = TypeVar("T")
 
 QUEUED_DRAINS = 20
 """Drains (of 100 ms each) that may wait for the modeller."""
@@ -142,31 +145,27 @@ class TraceStream:
             self.queue.put((drained, run))
         return self.failed
 
-    def _fail(self, exc: Exception) -> None:
-        """A bug: the capture stops, record exits with 3."""
-        self.error = exc
-        self.failed = f"the trace writer failed ({exc!r})"
-
-    def _model_drains(self) -> None:
-        """Take drains until told to stop, then tell the writer; after a failure, only take
-        them (the capture is told to stop at its next drain)."""
-        while (item := self.queue.get()) is not None:
+    def _serve(self, items: queue.Queue[T | None], handle: Callable[[T], None]) -> None:
+        """Handle the queue's items until told to stop; after a failure (a bug: the capture
+        stops, record exits with 3), only take them (the capture is told to stop at its next
+        drain)."""
+        while (item := items.get()) is not None:
             if self.failed is None:
                 try:
-                    self._take(*item)
+                    handle(item)
                 except Exception as exc:
-                    self._fail(exc)
+                    self.error = exc
+                    self.failed = f"the trace writer failed ({exc!r})"
+
+    def _model_drains(self) -> None:
+        """The modeller: take drains until told to stop, then tell the writer."""
+        self._serve(self.queue, lambda item: self._take(*item))
         if self.writer is not None:
             self.models.put(None)
 
     def _write_models(self) -> None:
-        """Write the modelled chunks until told to stop; after a failure, only take them."""
-        while (modelled := self.models.get()) is not None:
-            if self.failed is None:
-                try:
-                    self._put(modelled)
-                except Exception as exc:
-                    self._fail(exc)
+        """The writer: write the modelled chunks until told to stop."""
+        self._serve(self.models, self._put)
 
     def _chunker(self, run: Run) -> Chunker:
         if self.chunker is None:
