@@ -195,7 +195,7 @@ class _Reader:
             self.begin(i, e, seq, Slice(uuid, "", ts, depth=len(stack),
                                         parent=stack[-1] if stack else None))
         else:
-            assert not e.flow_ids and not e.terminating_flow_ids, f"packet {i}: flow on no slice"
+            assert not _flows(e) and not _ends(e), f"packet {i}: flow on no slice"
         if e.type == TE.TYPE_SLICE_END:
             assert stack, f"packet {i}: slice end without a begin"
             stack.pop().end = ts
@@ -214,11 +214,11 @@ class _Reader:
         for a in e.debug_annotations:
             assert a.name_iid in seq.arg_names
             s.args[seq.arg_names[a.name_iid]] = _value(a, seq.arg_values)
-        for f in e.flow_ids:
+        for f in _flows(e):
             assert f not in self.flow_start, f"flow {f} starts twice (flows cannot fork)"
             self.flow_start[f] = s
             s.flows_out.append(f)
-        for f in e.terminating_flow_ids:
+        for f in _ends(e):
             assert f in self.flow_start and self.flow_start[f].ts <= s.ts, (
                 f"flow {f} ends before it starts")
             self.flows.append((self.flow_start.pop(f), s))
@@ -310,3 +310,14 @@ def _value(a: official.DebugAnnotation, strings: dict[int, str]) -> Any:
         assert a.string_value_iid in strings
         return strings[a.string_value_iid]
     return getattr(a, str(kind))
+
+
+def _flows(e: official.TrackEvent) -> list[int]:
+    """The flow ids an event starts, as trace_processor reads them: the fixed64 field's, else
+    the varint one's (deprecated, which we write: a small id in one byte)."""
+    return list(e.flow_ids or e.flow_ids_old)
+
+
+def _ends(e: official.TrackEvent) -> list[int]:
+    """The flow ids an event terminates, read as _flows reads the ones it starts."""
+    return list(e.terminating_flow_ids or e.terminating_flow_ids_old)

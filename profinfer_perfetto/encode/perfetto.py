@@ -16,9 +16,11 @@ order. A run written in parts (a streamed capture) goes on with the same sequenc
 part: a part's first packet on a sequence carries only the names interned since, and its clock
 counts on (new sequences when the layout's tables start over).
 
-What keeps a trace small (9.2 B per recorded event on medium-llama, was 16.4): a node's
-description is written once per file and named by number after (DESC_ARG), counter samples only
-where a value changes, DAG flow ids from a small cycle (layout.dag_flows), the interned names
+What keeps a trace small (13.5 B per recorded event on medium-llama, one per op and thread): a
+node's description is written once per file and named by number after (DESC_ARG), counter
+samples only where a value changes, DAG flow ids from a small cycle (layout.dag_flows) written as
+varints (the deprecated `flow_ids_old` fields, which trace_processor reads where an event has no
+fixed64 ones: 1 byte an id, not 8; 15.7 B per event before), the interned names
 deflated, and each sequence's packets side by side for deflate.
 
 What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event, nor a Python
@@ -43,7 +45,7 @@ from profinfer_perfetto.encode import native
 from profinfer_perfetto.encode import profinfer_trace_pb2 as pb
 from profinfer_perfetto.encode.deflate import compress
 from profinfer_perfetto.encode.sched import sched_packets
-from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes
+from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes, varints
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
 from profinfer_perfetto.model.names import DESC_ARG, counter_arg
 
@@ -589,11 +591,9 @@ def _flow_table(flow_ids: np.ndarray, at: np.ndarray, flow_tag: bytes,
     """The flow id fields of every row (each flow at row `at`), back to back in row order, by
     id within a row; each row's start and size."""
     order = np.lexsort((flow_ids, at))
-    ids = flow_ids[order].astype(np.uint64)
-    entry = len(flow_tag) + 8
-    size = np.bincount(at, minlength=rows).astype(np.int64) * entry
-    head = np.broadcast_to(np.frombuffer(flow_tag, np.uint8), (len(ids), len(flow_tag)))
-    source = np.hstack([head, ids.astype("<u8").view(np.uint8).reshape(-1, 8)]).ravel()
+    matrix, length = varints(flow_ids[order], flow_tag)
+    size = np.bincount(at[order], weights=length, minlength=rows).astype(np.int64)
+    source = matrix[np.arange(matrix.shape[1]) < length[:, None]]  # each id's bytes, in order
     return source, np.cumsum(size) - size, size
 
 
@@ -613,8 +613,8 @@ _BOOL_VALUE = tag(pb.DebugAnnotation, "bool_value")
 _DOUBLE_VALUE = tag(pb.DebugAnnotation, "double_value")
 _STRING_VALUE_IID = tag(pb.DebugAnnotation, "string_value_iid")
 _DOUBLE_COUNTER = tag(pb.TrackEvent, "double_counter_value")
-_FLOW_ID = tag(pb.TrackEvent, "flow_ids")
-_TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids")
+_FLOW_ID = tag(pb.TrackEvent, "flow_ids_old")
+_TERMINATING_FLOW_ID = tag(pb.TrackEvent, "terminating_flow_ids_old")
 _EXTRA_TRACK = tag(pb.TrackEvent, "extra_counter_track_uuids")
 _EXTRA_VALUE = tag(pb.TrackEvent, "extra_counter_values")
 _TAGS = [_PACKET, _TIMESTAMP, _TRACK_EVENT, _TYPE, _TRACK_UUID, _NAME_IID, _ANNOTATION,

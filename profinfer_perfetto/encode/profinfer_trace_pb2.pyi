@@ -93,7 +93,7 @@ class ClockSnapshot(_message.Message):
     def __init__(self, clocks: _Optional[_Iterable[_Union[ClockSnapshot.Clock, _Mapping]]] = ...) -> None: ...
 
 class TrackEvent(_message.Message):
-    __slots__ = ("type", "track_uuid", "name_iid", "name", "debug_annotations", "flow_ids", "terminating_flow_ids", "counter_value", "double_counter_value", "extra_counter_track_uuids", "extra_counter_values")
+    __slots__ = ("type", "track_uuid", "name_iid", "name", "debug_annotations", "flow_ids_old", "terminating_flow_ids_old", "flow_ids", "terminating_flow_ids", "counter_value", "double_counter_value", "extra_counter_track_uuids", "extra_counter_values")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         TYPE_UNSPECIFIED: _ClassVar[TrackEvent.Type]
@@ -111,6 +111,8 @@ class TrackEvent(_message.Message):
     NAME_IID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DEBUG_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    FLOW_IDS_OLD_FIELD_NUMBER: _ClassVar[int]
+    TERMINATING_FLOW_IDS_OLD_FIELD_NUMBER: _ClassVar[int]
     FLOW_IDS_FIELD_NUMBER: _ClassVar[int]
     TERMINATING_FLOW_IDS_FIELD_NUMBER: _ClassVar[int]
     COUNTER_VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -122,13 +124,15 @@ class TrackEvent(_message.Message):
     name_iid: int
     name: str
     debug_annotations: _containers.RepeatedCompositeFieldContainer[DebugAnnotation]
+    flow_ids_old: _containers.RepeatedScalarFieldContainer[int]
+    terminating_flow_ids_old: _containers.RepeatedScalarFieldContainer[int]
     flow_ids: _containers.RepeatedScalarFieldContainer[int]
     terminating_flow_ids: _containers.RepeatedScalarFieldContainer[int]
     counter_value: int
     double_counter_value: float
     extra_counter_track_uuids: _containers.RepeatedScalarFieldContainer[int]
     extra_counter_values: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, type: _Optional[_Union[TrackEvent.Type, str]] = ..., track_uuid: _Optional[int] = ..., name_iid: _Optional[int] = ..., name: _Optional[str] = ..., debug_annotations: _Optional[_Iterable[_Union[DebugAnnotation, _Mapping]]] = ..., flow_ids: _Optional[_Iterable[int]] = ..., terminating_flow_ids: _Optional[_Iterable[int]] = ..., counter_value: _Optional[int] = ..., double_counter_value: _Optional[float] = ..., extra_counter_track_uuids: _Optional[_Iterable[int]] = ..., extra_counter_values: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, type: _Optional[_Union[TrackEvent.Type, str]] = ..., track_uuid: _Optional[int] = ..., name_iid: _Optional[int] = ..., name: _Optional[str] = ..., debug_annotations: _Optional[_Iterable[_Union[DebugAnnotation, _Mapping]]] = ..., flow_ids_old: _Optional[_Iterable[int]] = ..., terminating_flow_ids_old: _Optional[_Iterable[int]] = ..., flow_ids: _Optional[_Iterable[int]] = ..., terminating_flow_ids: _Optional[_Iterable[int]] = ..., counter_value: _Optional[int] = ..., double_counter_value: _Optional[float] = ..., extra_counter_track_uuids: _Optional[_Iterable[int]] = ..., extra_counter_values: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DebugAnnotation(_message.Message):
     __slots__ = ("name_iid", "name", "bool_value", "uint_value", "int_value", "double_value", "string_value", "string_value_iid")

@@ -9,7 +9,7 @@
  * built from an older render.c (setup.sh not run since) is not used. */
 int render_abi(void)
 {
-    return 2;
+    return 3;
 }
 
 /* Row i of the piece (row at[i] of the output, or i where at is NULL) gets
@@ -218,7 +218,7 @@ static uint8_t *track_event(uint8_t *at, const struct events *e, int64_t row, in
         at = put(put_entry(at, &e->tags, DOUBLE_COUNTER), (const uint8_t *)&e->value[row], 8);
     for (k = 0; k < 2; k++)
         for (i = row ? e->flow_end[k][row - 1] : 0; i < e->flow_end[k][row]; i++)
-            at = put(put_entry(at, &e->tags, FLOW_ID + k), (const uint8_t *)&e->flow_id[k][i], 8);
+            at = put_field(at, e, FLOW_ID + k, (uint64_t)e->flow_id[k][i]);
     return extra_counters(at, e, row);
 }
 
@@ -281,7 +281,7 @@ int64_t render_events(uint8_t *out, int64_t out_size, const int64_t *rows, int64
     int64_t field = tag + 10, fixed = 6 * field + e->counters * (4 * field + prefix) + tag + 8;
     uint8_t *at = out;
     for (int64_t i = 0; i < count; i++) {
-        int64_t most = room(e, rows[i], fixed, tag + 8);
+        int64_t most = room(e, rows[i], fixed, field);
         if (most < 0)
             return -2;
         if (most > out + out_size - at)

@@ -208,12 +208,15 @@ class Reader:
                         for a in e.debug_annotations)
         uuids = list(e.extra_counter_track_uuids or seq.counter_uuids)
         uuids += [0] * (len(values) - len(uuids))  # a value with no track: the event is dropped
+        # trace_processor reads the varint flow ids (deprecated) where there are no fixed64 ones
+        out = e.flow_ids or e.flow_ids_old
+        into = e.terminating_flow_ids or e.terminating_flow_ids_old
         self.events.add_one(
             {"ts": ts, "kind": e.type, "name": name, "value": value,
              "track": self.code(e.track_uuid if e.HasField("track_uuid") else seq.track_uuid),
              "args": self.arg_sets.of_annotations(blob, seq) if blob else -1,
              "thread": self._thread_key(seq)},
-            [(f, False) for f in e.flow_ids] + [(f, True) for f in e.terminating_flow_ids],
+            [(f, False) for f in out] + [(f, True) for f in into],
             list(zip(map(self.code, uuids), map(float, values), strict=False)))
 
     def _bulk(self, data: bytes, s: Scanned, a: int, b: int) -> None:

@@ -41,6 +41,8 @@ _E_NAME = _field(pb.TrackEvent, "name_iid")
 _E_ANNOTATION = _field(pb.TrackEvent, "debug_annotations")
 _E_FLOW = _field(pb.TrackEvent, "flow_ids")
 _E_TERMINATING = _field(pb.TrackEvent, "terminating_flow_ids")
+_E_FLOW_OLD = _field(pb.TrackEvent, "flow_ids_old")
+_E_TERMINATING_OLD = _field(pb.TrackEvent, "terminating_flow_ids_old")
 _E_COUNTER = _field(pb.TrackEvent, "counter_value")
 _E_DOUBLE = _field(pb.TrackEvent, "double_counter_value")
 _E_EXTRA_TRACK = _field(pb.TrackEvent, "extra_counter_track_uuids")
@@ -54,7 +56,8 @@ path; compressed chunks are found by their field."""
 _EVENT = wirescan.Schema(
     {_E_TYPE: WIRE_VARINT, _E_TRACK: WIRE_VARINT, _E_NAME: WIRE_VARINT,
      _E_ANNOTATION: WIRE_BYTES, _E_COUNTER: WIRE_VARINT, _E_DOUBLE: WIRE_FIXED64},
-    {_E_FLOW: WIRE_FIXED64, _E_TERMINATING: WIRE_FIXED64, _E_EXTRA_TRACK: WIRE_VARINT,
+    {_E_FLOW: WIRE_FIXED64, _E_TERMINATING: WIRE_FIXED64, _E_FLOW_OLD: WIRE_VARINT,
+     _E_TERMINATING_OLD: WIRE_VARINT, _E_EXTRA_TRACK: WIRE_VARINT,
      _E_EXTRA_VALUE: WIRE_VARINT}, run=_E_ANNOTATION)
 """The TrackEvent fields the bulk path reads (the annotations as one run of them)."""
 
@@ -149,6 +152,17 @@ def _run_hashes(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     return out
 
 
+def _flow_ids(ids: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray],
+              events: int) -> tuple[np.ndarray, np.ndarray]:
+    """The flow ids of one direction (owner, id): an event's fixed64 ones, or where it has none
+    its varint ones (the deprecated field), as trace_processor reads them."""
+    has = np.zeros(events, bool)
+    has[ids[0]] = True
+    kept = ~has[old[0]]
+    return (np.concatenate([ids[0], old[0][kept]]),
+            np.concatenate([ids[1].astype(np.uint64), old[1][kept].astype(np.uint64)]))
+
+
 def _scan_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> EventFields | None:
     """Read the TrackEvents at buf[starts[i]:ends[i]] in bulk; None if one is malformed."""
     m = wirescan.scan(buf, starts, ends, _EVENT)
@@ -159,7 +173,8 @@ def _scan_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Event
     value = np.where(has_double, m.value[_E_DOUBLE].view(np.float64),
                      np.where(has_counter, m.value[_E_COUNTER].view(np.int64).astype(np.float64),
                               np.nan))
-    out, into = m.repeated[_E_FLOW], m.repeated[_E_TERMINATING]
+    out = _flow_ids(m.repeated[_E_FLOW], m.repeated[_E_FLOW_OLD], len(starts))
+    into = _flow_ids(m.repeated[_E_TERMINATING], m.repeated[_E_TERMINATING_OLD], len(starts))
     flow_owner = np.concatenate([out[0], into[0]])
     by_event = np.argsort(flow_owner, kind="stable")
     tracks, values = m.repeated[_E_EXTRA_TRACK], m.repeated[_E_EXTRA_VALUE]

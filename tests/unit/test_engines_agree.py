@@ -133,6 +133,7 @@ def _rules(path: Path) -> Path:
     """A hand-made trace for the rules our traces rarely meet: every debug annotation type,
     names with `.`, `[` and `]`, events out of file order and tied, an end with no open slice,
     a slice never ended, instants inside slices, a flow id reused and a flow on an end,
+    flow ids as varints (the deprecated fields) alone and beside fixed64 ones,
     process- and thread-scoped child tracks, counters of every scope (one with a unit enum),
     extra counter values with a 0 among them, an event with too many of them (dropped) and
     one on a sequence whose state was never cleared (skipped)."""
@@ -196,6 +197,12 @@ def _rules_events(hand: _HandMade, annotations: list[official.DebugAnnotation]) 
           extra_counter_track_uuids=[20, 21], extra_counter_values=[5, 6])
     event(160, type=1, track_uuid=10, name_iid=4, debug_annotations=annotations[:3],
           extra_counter_track_uuids=[21], extra_counter_values=[8])
+    # flow ids in the deprecated varint fields, alone and beside fixed64 ones (which win)
+    event(161, type=3, track_uuid=11, name_iid=3, flow_ids_old=[9], flow_ids=[10])
+    event(162, type=3, track_uuid=11, name="varint flows", flow_ids_old=[9, 11])
+    event(163, type=3, track_uuid=11, name_iid=3, terminating_flow_ids_old=[9],
+          terminating_flow_ids=[11])
+    event(164, type=3, track_uuid=11, name="varint ends", terminating_flow_ids_old=[9, 10])
     event(165, type=2, track_uuid=10)
     event(170, type=2, track_uuid=10, terminating_flow_ids=[7, 99])
     event(175, type=2, track_uuid=11)

@@ -180,6 +180,8 @@ def _event(draw: st.DrawFn, p: pb.TracePacket) -> None:
         e.counter_value = draw(st.integers(-(1 << 63), (1 << 63) - 1))
     e.flow_ids.extend(draw(st.lists(U64, max_size=2)))
     e.terminating_flow_ids.extend(draw(st.lists(U64, max_size=1)))
+    e.flow_ids_old.extend(draw(st.lists(U64, max_size=2)))
+    e.terminating_flow_ids_old.extend(draw(st.lists(U64, max_size=1)))
     e.extra_counter_values.extend(draw(st.lists(st.integers(-(1 << 63), (1 << 63) - 1),
                                                 max_size=10)))
     e.extra_counter_track_uuids.extend(draw(st.lists(U64, max_size=10)))
