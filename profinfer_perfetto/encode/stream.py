@@ -115,11 +115,15 @@ class TraceStream:
         """The last chunk written (not a file's closing one)."""
         self._open(create_new(part_path(self.path)))
         self.queue: queue.Queue[tuple[Drained, Run] | None] = queue.Queue(QUEUED_DRAINS)
-        self.models: queue.Queue[_Modelled | None] = queue.Queue(QUEUED_MODELS)
         self.modeller = threading.Thread(target=self._model_drains, name="trace modeller",
                                          daemon=True)
-        self.writer = (threading.Thread(target=self._write_models, name="trace writer",
-                                        daemon=True) if pipelined else None)
+        self.models: queue.Queue[_Modelled | None] | None = None
+        """The writer's (pipelined); else the modeller writes each chunk itself."""
+        self.writer: threading.Thread | None = None
+        if pipelined:
+            self.models = queue.Queue(QUEUED_MODELS)
+            self.writer = threading.Thread(target=self._serve, args=(self.models, self._put),
+                                           name="trace writer", daemon=True)
         self.modeller.start()
         if self.writer is not None:
             self.writer.start()
@@ -160,12 +164,8 @@ class TraceStream:
     def _model_drains(self) -> None:
         """The modeller: take drains until told to stop, then tell the writer."""
         self._serve(self.queue, lambda item: self._take(*item))
-        if self.writer is not None:
+        if self.models is not None:
             self.models.put(None)
-
-    def _write_models(self) -> None:
-        """The writer: write the modelled chunks until told to stop."""
-        self._serve(self.models, self._put)
 
     def _chunker(self, run: Run) -> Chunker:
         if self.chunker is None:
@@ -178,7 +178,7 @@ class TraceStream:
             model = self._model(chunk, replace(run, end_ns=chunk.end_ns), self.cont)
             self.cont = model.then()
             modelled = _Modelled(model, run, self.tasks, self.programs)
-            if self.writer is None:
+            if self.models is None:
                 self._put(modelled)
             else:
                 self.models.put(modelled)

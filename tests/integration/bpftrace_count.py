@@ -15,21 +15,12 @@ test_vulkan_build 2026-11-27)."""
 
 
 class BpftraceCount:
-    """bpftrace counting entries of functions of one library, per process: the count of one
-    pid stays right while other runs of the same tool (another test run) go on beside it."""
+    """bpftrace counting per process (entries of one library's functions, or what a program
+    keys by pid): the count of one pid stays right while other runs of the same tool (another
+    test run) go on beside it."""
 
-    def __init__(self, lib: Path, functions: dict[str, str]) -> None:
-        self._attach("".join(f"uprobe:{lib}:{fn} {{ @{name}[pid] = count(); }}\n"
-                             for name, fn in functions.items()))
-
-    @classmethod
-    def program(cls, program: str) -> BpftraceCount:
-        """bpftrace running `program`, whose counts are keyed by a pid."""
-        counter = cls.__new__(cls)
-        counter._attach(program)
-        return counter
-
-    def _attach(self, program: str) -> None:
+    def __init__(self, program: str) -> None:
+        """bpftrace running `program`, whose counts are keyed by a pid, once it has attached."""
         # bpftrace prints "Attaching N probes..." before it attaches them; with this variable
         # (what bpftrace's own runtime tests wait for) it says when they are all attached.
         self.proc = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
@@ -40,6 +31,12 @@ class BpftraceCount:
         while said[-1] and "__BPFTRACE_NOTIFY_PROBES_ATTACHED" not in said[-1]:
             said.append(self.proc.stdout.readline())
         assert said[-1], f"bpftrace did not attach: {''.join(said)}"
+
+    @classmethod
+    def entries(cls, lib: Path, functions: dict[str, str]) -> BpftraceCount:
+        """Entries of the functions of `lib` (by the names given to them)."""
+        return cls("".join(f"uprobe:{lib}:{fn} {{ @{name}[pid] = count(); }}\n"
+                           for name, fn in functions.items()))
 
     def stop(self, pid: int) -> dict[str, int]:
         """Stop counting; the counts of process `pid`, by the names given to the functions."""

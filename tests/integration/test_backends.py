@@ -38,7 +38,7 @@ def test_a_blas_build_shows_the_ops_blas_runs(cli: Cli, llama: Callable[..., Pat
                                               tmp_path: Path) -> None:
     completion = llama("llama-completion", "blas")
     out = tmp_path / "blas.pftrace"
-    bpftrace = BpftraceCount(_cblas_library(completion.parent / "libggml-blas.so.0"),
+    bpftrace = BpftraceCount.entries(_cblas_library(completion.parent / "libggml-blas.so.0"),
                              {"sgemm": "cblas_sgemm"})
     result = cli("record", "-o", out, "--", completion, "-m", model("tiny-llama"), "-p", PROMPT,
                  "-n", "4", "-t", "2", "-no-cnv", "--no-warmup", "-s", "1")

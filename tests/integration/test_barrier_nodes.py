@@ -94,7 +94,7 @@ def test_each_thread_enters_the_graph_loop_once_per_graph_as_bpftrace_counts(
     the barrier after the loop."""
     lib = llama("llama-completion").parent / "libggml-cpu.so"
     name = next(n for n in ElfFile(lib).symbols if n.startswith("ggml_graph_compute_thread"))
-    bpftrace = BpftraceCount(lib, {"loops": name})
+    bpftrace = BpftraceCount.entries(lib, {"loops": name})
     request = RecordRequest(command=completion(llama, model("tiny-llama"), 2, n=8))
     rec = record(request, plan(request))
     counts = bpftrace.stop(rec.run.pid)

@@ -45,7 +45,7 @@ def cpu_lib() -> Path:
 def record_counted(cli: Cli, out: Path, lib: Path, command: list[str]
                    ) -> tuple[trace_reader.Trace, int, dict[str, int]]:
     """Record `command`; the trace, the recorded pid and bpftrace's op counts for that pid."""
-    bpftrace = BpftraceCount(lib, {"ops": OP_SYMBOL, "fused": FUSED_SYMBOL})
+    bpftrace = BpftraceCount.entries(lib, {"ops": OP_SYMBOL, "fused": FUSED_SYMBOL})
     result = cli("record", "-o", out, "--", *command)
     counts = bpftrace.stop(recorded_pid(result.stdout))
     assert result.returncode == 0, result.stderr
@@ -129,7 +129,7 @@ def test_another_llama_cpp_beside_it_is_not_recorded(cli: Cli, tmp_path: Path) -
                               stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        bpftrace = BpftraceCount(cpu_lib(), {"ops": OP_SYMBOL})
+        bpftrace = BpftraceCount.entries(cpu_lib(), {"ops": OP_SYMBOL})
         out = tmp_path / "run.pftrace"
         result = cli("record", "-o", out, "--", "env", "PROFINFER_TEST=1", *completion())
         assert result.returncode == 0, result.stderr

@@ -46,7 +46,7 @@ def test_record_a_llama_cpp_version(version: str, cli: Cli, tmp_path: Path) -> N
     if FUSED_SYMBOL in cpu.symbols:
         functions["fused"] = FUSED_SYMBOL
     out = tmp_path / "run.pftrace"
-    bpftrace = BpftraceCount(cpu.path, functions)
+    bpftrace = BpftraceCount.entries(cpu.path, functions)
     result = cli("record", "-o", out, "--", v.tool_path(), "-m", model("tiny-llama"),
                  "-p", PROMPT, "-n", str(TOKENS), "-t", "2", *v.tool_flags, "--no-warmup",
                  "-s", "1")

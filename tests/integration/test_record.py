@@ -117,7 +117,8 @@ def check_a_generation(cli: Cli, llama: Callable[..., Path], model: Callable[[st
     out = tmp_path / "run.pftrace"
     # the library's unversioned name: a link in the shared builds, the module ggml dlopens in
     # a build with GGML_BACKEND_DL
-    bpftrace = BpftraceCount(llama("llama-completion", build).parent / "libggml-cpu.so", COUNTED)
+    bpftrace = BpftraceCount.entries(llama("llama-completion", build).parent / "libggml-cpu.so",
+                                     COUNTED)
     result = cli("record", "--inner-waits", *wait, "-o", out, "--",
                  *completion(llama, model("tiny-llama"), threads, build=build))
     counts = bpftrace.stop(recorded_pid(result.stdout))
@@ -277,7 +278,7 @@ def test_attach_to_a_running_server(cli: Cli, llama: Callable[..., Path],
     out = tmp_path / "server.pftrace"
     with running_server(llama, model, "-c", "512") as (server, url):
         recorder, _ = start_recorder(out, "--pid", str(server.pid))
-        bpftrace = BpftraceCount(llama("llama-server").parent / "libggml-cpu.so.0", COUNTED)
+        bpftrace = BpftraceCount.entries(llama("llama-server").parent / "libggml-cpu.so.0", COUNTED)
         for _ in range(2):
             _post(f"{url}/completion", {"prompt": PROMPT, "n_predict": 8})
         counts = bpftrace.stop(server.pid)

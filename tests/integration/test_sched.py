@@ -92,7 +92,7 @@ def test_a_cpu_hog_is_named_with_the_time_it_took(tmp_path: Path) -> None:
         str(assets.model("medium-llama")), "-p", PROMPT, "-n", "-1", "-t", "2", "-no-cnv",
         "--no-warmup", "-s", "1")
     wait_for_a_token(recorder)
-    bpftrace = BpftraceCount.program(SWITCHED_IN)
+    bpftrace = BpftraceCount(SWITCHED_IN)
     pid = _hog_beside(recorder)
     try:
         hog_ns, _ = _schedstat(pid)

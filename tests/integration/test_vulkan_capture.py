@@ -84,7 +84,8 @@ def test_the_trace_holds_the_device_s_splits_ops_submits_waits_and_copies(
         monkeypatch.setenv(name, value)
     command = completion(model, 99, 5)
     lib = (Path(command[0]).parent / "libggml-vulkan.so.0").resolve()
-    bpftrace = BpftraceCount(lib, {f: VULKAN_COUNTED[f] for fs in CALLS_OF.values() for f in fs})
+    bpftrace = BpftraceCount.entries(lib, {f: VULKAN_COUNTED[f] for fs in CALLS_OF.values()
+                                           for f in fs})
     out = tmp_path / "vulkan.pftrace"
     result = cli("record", "-o", out, "--", *command)
     counts = bpftrace.stop(recorded_pid(result.stdout))

@@ -147,8 +147,8 @@ def vulkan_counts(command: Sequence[str | Path], env: Mapping[str, str]) -> dict
     DISPATCH (`dispatch`, all its instances) and BASE_COUNTED, as bpftrace counts them."""
     libs = Path(command[0]).parent
     vulkan = ElfFile((libs / "libggml-vulkan.so.0").resolve())
-    counters = [BpftraceCount(vulkan.path, _counted(vulkan)),
-                BpftraceCount((libs / "libggml-base.so.0").resolve(), BASE_COUNTED)]
+    counters = [BpftraceCount.entries(vulkan.path, _counted(vulkan)),
+                BpftraceCount.entries((libs / "libggml-base.so.0").resolve(), BASE_COUNTED)]
     proc = subprocess.Popen([str(c) for c in command], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, errors="replace",
                             env={**os.environ, **env}, stdin=subprocess.DEVNULL)

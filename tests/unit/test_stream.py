@@ -142,7 +142,8 @@ def _stream_files(rec: Recording, out: Path, rotation: Rotation | None,
 
     def held(model: TraceModel, tables: Tables | None = None) -> Layout:
         stream = streams[0]
-        while writer_behind and not (stream.models.full() or not stream.modeller.is_alive()):
+        while (writer_behind and stream.models is not None
+               and not (stream.models.full() or not stream.modeller.is_alive())):
             time.sleep(0.001)
         return build_layout(model, tables)
 
