@@ -152,13 +152,11 @@ def _run_hashes(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     return out
 
 
-def _flow_ids(ids: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray],
-              events: int) -> tuple[np.ndarray, np.ndarray]:
+def _flow_ids(ids: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray]
+              ) -> tuple[np.ndarray, np.ndarray]:
     """The flow ids of one direction (owner, id): an event's fixed64 ones, or where it has none
     its varint ones (the deprecated field), as trace_processor reads them."""
-    has = np.zeros(events, bool)
-    has[ids[0]] = True
-    kept = ~has[old[0]]
+    kept = ~np.isin(old[0], ids[0])
     return (np.concatenate([ids[0], old[0][kept]]),
             np.concatenate([ids[1].astype(np.uint64), old[1][kept].astype(np.uint64)]))
 
@@ -173,8 +171,8 @@ def _scan_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Event
     value = np.where(has_double, m.value[_E_DOUBLE].view(np.float64),
                      np.where(has_counter, m.value[_E_COUNTER].view(np.int64).astype(np.float64),
                               np.nan))
-    out = _flow_ids(m.repeated[_E_FLOW], m.repeated[_E_FLOW_OLD], len(starts))
-    into = _flow_ids(m.repeated[_E_TERMINATING], m.repeated[_E_TERMINATING_OLD], len(starts))
+    out = _flow_ids(m.repeated[_E_FLOW], m.repeated[_E_FLOW_OLD])
+    into = _flow_ids(m.repeated[_E_TERMINATING], m.repeated[_E_TERMINATING_OLD])
     flow_owner = np.concatenate([out[0], into[0]])
     by_event = np.argsort(flow_owner, kind="stable")
     tracks, values = m.repeated[_E_EXTRA_TRACK], m.repeated[_E_EXTRA_VALUE]
