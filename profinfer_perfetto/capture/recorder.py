@@ -319,8 +319,11 @@ def record(
     """
     require_root()
     with signals.handled(), contextlib.ExitStack() as stack:
-        launched = _Launched(request.command, request.environment()) if request.command else None
+        launched: _Launched | None = None
         try:
+            with signals.deferred():  # started whole, so that a signal meanwhile ends it below
+                launched = (_Launched(request.command, request.environment())
+                            if request.command else None)
             capture, kept = _prepare(stack, request, probe_plan, launched, sink)
         except BaseException:
             if launched is not None:
