@@ -5,10 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Every metric runs on both engines wherever a real trace_processor is at hand: the one beside
-# the clone (../shared/tools), else the perfetto API's own, which setup downloaded and cached.
+# the clone (../shared/tools), or beside the checkout it was cloned from (`git clone . /tmp/x`),
+# else the perfetto API's own, which setup downloaded and cached.
 if [ -z "${PROFINFER_TP_BIN:-}" ]; then
+    origin=$(git config --get remote.origin.url || true)
     if [ -x ../shared/tools/trace-processor ]; then
         PROFINFER_TP_BIN=$(../shared/tools/trace-processor)
+    elif [ -d "$origin" ] && [ -x "$origin/../shared/tools/trace-processor" ]; then
+        PROFINFER_TP_BIN=$("$origin/../shared/tools/trace-processor")
     else
         PROFINFER_TP_BIN=$(.venv/bin/python scripts/trace_processor.py)
     fi
