@@ -27,6 +27,7 @@ from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.analysis.loop import BARRIER_NODE_PREFIX
 from profinfer_perfetto.analysis.target import LOOP_ENTRY, Probe, ProbePlan
 from profinfer_perfetto.capture import process
+from profinfer_perfetto.capture.affinity import kept_off, target_cpus
 from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS
 from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
 from profinfer_perfetto.capture.program import RingSizes, program_text
@@ -44,7 +45,6 @@ from profinfer_perfetto.capture.sched import (
     SchedProbes,
     kernel,
     programs_of,
-    target_cpus,
     tasks_of,
 )
 from profinfer_perfetto.capture.selection import Selection
@@ -334,8 +334,10 @@ def record(
             try:
                 if on_attached is not None:
                     on_attached(capture.pid)
-                _release(launched)
-                run = capture.run(stop)
+                with kept_off(target_cpus(capture.pid)) as moved:
+                    capture.extra_notes += [moved] if moved else []
+                    _release(launched)
+                    run = capture.run(stop)
             except BaseException:
                 if launched is not None:
                     launched.end(signal.SIGTERM)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
-from pathlib import Path
 from types import TracebackType
 
 import numpy as np
@@ -38,17 +37,6 @@ def sched_text(max_cpus: int) -> str:
     """The exact sched program BCC compiles."""
     return (abi.c_defines({"MAX_CPUS": max_cpus, "SCHED_PAGES": SCHED_PAGES}) + abi.header()
             + probe_source("sched.bpf.c") + abi.layout_checks(abi.SCHED_STRUCTS))
-
-
-def target_cpus(pid: int) -> list[int]:
-    """The CPUs any thread of `pid` may run on."""
-    cpus: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            cpus |= os.sched_getaffinity(int(task.name))
-        except OSError:  # the thread ended
-            continue
-    return sorted(cpus)
 
 
 def tasks_of(records: np.ndarray, known: Container[int] = ()) -> dict[int, Task]:

@@ -10,14 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from profinfer_perfetto.capture.events import SchedKind
+from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.query.engines import EngineChoice, Result
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests import trace_reader
 from tests.integration.bpftrace_count import BpftraceCount
-from tests.integration.test_record import PROMPT, start_recorder, wait_for_a_token
+from tests.integration.test_record import PROMPT, completion, start_recorder, wait_for_a_token
 
 pytestmark = pytest.mark.root
 
@@ -136,3 +139,24 @@ def test_each_op_says_its_cpu(tmp_path: Path) -> None:
     assert watched == os.sched_getaffinity(0)
     ops = [s for s in trace.slices if "node" in s.args]
     assert ops and all(s.args["cpu"] in watched for s in ops)
+
+
+def test_the_recorder_keeps_off_a_pinned_target_s_cpu(llama: Callable[..., Path],
+                                                      model: Callable[[str], Path]) -> None:
+    """A target pinned to one CPU (as a CI gate pins it): from its first event on, the kernel
+    switched none of the recorder's threads out of that CPU (so none ran there), as --sched
+    recorded every switch on it; and the run says where the recorder kept to."""
+    own = os.sched_getaffinity(0)
+    if len(own) < 2:
+        pytest.skip("one CPU: the recorder has nowhere else to run")
+    cpu = max(own)
+    request = RecordRequest(command=["taskset", "-c", str(cpu),
+                                     *completion(llama, model("tiny-llama"), 1, n=8)],
+                            sched=True)
+    rec = record(request, plan(request))
+    assert any(f"kept off the target's CPUs (CPU {cpu})" in note for note in rec.run.notes)
+    switches = rec.sched[rec.sched["kind"] == SchedKind.SWITCH]
+    on_it = switches[(switches["cpu"] == cpu) & (switches["ts"] >= rec.events["ts"].min())]
+    assert np.count_nonzero(on_it["prev_tgid"] == rec.run.pid) > 0  # the target was seen
+    assert not np.count_nonzero(on_it["prev_tgid"] == os.getpid())
+    assert os.sched_getaffinity(0) == own  # and back once it ended
