@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import Path
+
+from profinfer_perfetto.capture.process import threads
 
 
 def target_cpus(pid: int) -> list[int]:
@@ -26,11 +27,6 @@ def target_cpus(pid: int) -> list[int]:
         except OSError:  # the thread ended
             continue
     return sorted(cpus)
-
-
-def threads(pid: int | str) -> list[int]:
-    """The thread ids of process `pid` (or "self"), as /proc lists them now."""
-    return [int(task.name) for task in Path(f"/proc/{pid}/task").glob("*")]
 
 
 def _move_all(cpus: set[int]) -> None:

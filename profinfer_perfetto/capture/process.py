@@ -32,6 +32,12 @@ def status_number(task: int | str, key: str) -> int:
     return 0
 
 
+def threads(pid: int | str) -> list[int]:
+    """The thread ids of process `pid` (or "self"), as /proc lists them now (none once it is
+    gone)."""
+    return [int(task.name) for task in Path(f"/proc/{pid}/task").glob("*")]
+
+
 def process_cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()

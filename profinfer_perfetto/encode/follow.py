@@ -147,8 +147,8 @@ def _normal_priority(pid: int) -> None:
     """Every thread of process `pid` back at the normal priority (the run is over: the rest of
     the trace is as urgent as the after-run write). One that cannot be is only slower."""
     with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+        for tid in process.threads(pid):
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
 
 
 class Following:

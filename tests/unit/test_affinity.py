@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from profinfer_perfetto.capture.affinity import elsewhere, kept_off, target_cpus, threads
+from profinfer_perfetto.capture.affinity import elsewhere, kept_off, target_cpus
+from profinfer_perfetto.capture.process import threads
 
 
 def _affinities() -> set[frozenset[int]]:
