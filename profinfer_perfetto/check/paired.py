@@ -19,6 +19,11 @@ from profinfer_perfetto.query.engines import AUTO, EngineChoice
 
 MIN_PAIRS = 2
 """One pair shows no spread to judge a change by."""
+AGREEING_PAIRS = 3
+"""Pairs that must all move a mean past its limit for the move to stand without the band
+(pairs_agree_past): at 2 threads here the same command's candidate run stalls more than its
+baseline run by over +2 % of a step in one pair of four (tiny-llama, 15 of 60 pairs), so two
+pairs would agree by chance in about 1 check of 16, three in 1 of 64."""
 
 
 def pair_up(base: list[Path], new: list[Path], engine: EngineChoice = AUTO
@@ -77,6 +82,18 @@ def _pair_logs(base: list[list[int]], new: list[list[int]]) -> np.ndarray:
     both sides."""
     return np.array([math.log(max(float(np.median(n)), 1e-9) / max(float(np.median(b)), 1e-9))
                      for b, n in zip(base, new, strict=True) if b and n])
+
+
+def pairs_agree_past(base: list[list[int]], new: list[list[int]], scale: float,
+                     limit: float) -> bool:
+    """Whether a key judged by its mean (stats.mean_change) moved past `limit` in every pair,
+    the same way: each candidate run's mean against its own baseline run's, over `scale`. One
+    baseline run that stalled (a task beside it) widens the band of the baseline's runs
+    (stats.mean_noise) past the candidate's stalls; it cannot hide a move that every pair
+    shows. Fewer than AGREEING_PAIRS pairs with samples on both sides: no."""
+    moves = np.array([(float(np.mean(n)) - float(np.mean(b))) / max(scale, 1e-9)
+                      for b, n in zip(base, new, strict=True) if b and n])
+    return len(moves) >= AGREEING_PAIRS and bool(np.all(moves > limit) or np.all(moves < -limit))
 
 
 def pair_spread(base: list[list[int]], new: list[list[int]]) -> Spread | None:

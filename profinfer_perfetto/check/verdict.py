@@ -14,7 +14,7 @@ from profinfer_perfetto.check.baseline import (
     shown,
 )
 from profinfer_perfetto.check.graph import GraphDiff
-from profinfer_perfetto.check.paired import pair_change, pair_spread
+from profinfer_perfetto.check.paired import pair_change, pair_spread, pairs_agree_past
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
@@ -151,7 +151,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     """Each watched key's verdict. `paired` (runs lined up by paired.pair_up): a key's median is
     judged on its pairs' ratios, whose interval holds how runs differ, so no band of the
     baseline's runs is held against it; a mean is judged as unpaired (the stalls a task beside
-    the target causes are what it is for, whichever runs they hit)."""
+    the target causes are what it is for, whichever runs they hit), but without the band where
+    every pair moved past the limit the same way (paired.pairs_agree_past)."""
     result = CheckResult([], _setup_warnings(base, new))
     confidence = f"{settings.confidence:.0%}"
     judged: list[int] = []
@@ -189,7 +190,9 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
         v = result.verdicts[i]
         assert v.change is not None
         if v.rule.by_mean:
-            noise = mean_noise(base.samples[v.key], scales[v.key], each)
+            a, b = base.samples[v.key], new.samples[v.key]
+            noise = (None if paired and pairs_agree_past(a, b, scales[v.key], v.rule.max_change)
+                     else mean_noise(a, scales[v.key], each))
         else:
             own = spreads[v.key]
             noise = None if own is None or paired else run_noise(own, each, prior)

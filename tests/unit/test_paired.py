@@ -16,7 +16,7 @@ from profinfer_perfetto.check.baseline import Baseline
 from profinfer_perfetto.check.paired import pair_change
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import Spread, t_quantile
-from profinfer_perfetto.check.verdict import REGRESSION, compare
+from profinfer_perfetto.check.verdict import REGRESSION, WITHIN_NOISE, compare
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
@@ -154,6 +154,33 @@ def test_an_op_slower_in_every_pair_is_caught_through_the_rules_other_keys() -> 
         return [v.key for v in result.verdicts if v.verdict == REGRESSION] == ["rel/decode/OP/a"]
 
     assert flagged(8) and not flagged(0)
+
+
+STALLS = Rule("stalls", "interference/decode", 0.02, statistic="mean")
+
+
+def stall_verdict(base: list[list[int]], new: list[list[int]], paired: bool) -> str:
+    """The stall rule's verdict on runs of 50 steps of 1000 ns with these stalls per step."""
+    steps = [[1000] * 50] * len(base)
+    result = compare(Baseline({}, {"step/decode": steps, "interference/decode": base}),
+                     Baseline({}, {"step/decode": steps, "interference/decode": new}),
+                     (STALLS,), Settings(), paired=paired)
+    return result.verdicts[0].verdict
+
+
+def test_a_stall_in_every_candidate_run_is_caught_past_a_stalled_baseline_run() -> None:
+    """A busy loop stalls every candidate run (a mean of 20 % of a step); one baseline run was
+    stalled too (7 µs in one step, by another task: 14 %). The band of the baseline's runs
+    (0, 14 and 0 %: about ±40 %) is wider than the move (+15 %), so the unpaired check calls
+    it noise. Paired, each candidate run stalled more than its own baseline run by more than the
+    limit, and the band is not held against that. Where one pair did not move, or there are
+    only two pairs, the band decides as before."""
+    quiet, stalled, busy = [0] * 50, [7000] + [0] * 49, [1000] * 10 + [0] * 40
+    base = [quiet, stalled, quiet]
+    assert stall_verdict(base, [busy] * 3, paired=False) == WITHIN_NOISE
+    assert stall_verdict(base, [busy] * 3, paired=True) == REGRESSION
+    assert stall_verdict(base, [busy, quiet, busy], paired=True) == WITHIN_NOISE
+    assert stall_verdict(base[:2], [busy] * 2, paired=True) == WITHIN_NOISE
 
 
 @pytest.mark.parametrize("case", ["one run", "earlier runs", "unquoted", "rules"])
