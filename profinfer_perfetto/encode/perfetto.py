@@ -21,7 +21,9 @@ node's description is written once per file and named by number after (DESC_ARG)
 samples only where a value changes, DAG flow ids from a small cycle (layout.dag_flows) written as
 varints (the deprecated `flow_ids_old` fields, which trace_processor reads where an event has no
 fixed64 ones: 1 byte an id, not 8; 15.7 B per event before), the interned names
-deflated, and each sequence's packets side by side for deflate.
+deflated, each sequence's packets side by side for deflate, and an event packet's timestamp
+written last, after the fields a sequence's packets share (deflate then finds them in one run
+where it found two around the timestamp: 14.3 B per event before).
 
 What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event, nor a Python
 call per node description; where the install built render.c (encode/native.py), a chunk's
@@ -378,7 +380,7 @@ class _Events:
         self.uuid_of = uuids
         self.own = np.arange(len(uuids)) != default[sequences.of_track]
         """By track: not its sequence's default track (its events name it)."""
-        # What a packet on a sequence starts with after its timestamp: the sequence id, flags.
+        # What a packet on a sequence starts with: the sequence id, flags.
         self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)])
         self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE
                                for iid in counter_iids]
@@ -481,11 +483,11 @@ class _Numpy:
             at = np.flatnonzero(f.sampled[:, c])
             p.varint(_EXTRA_VALUE, f.sample[at, c], at)
         # The packet around the event, each piece put in front of the last: it reads Trace.packet
-        # tag and packet size, timestamp, sequence id and flags, TrackEvent tag and size, the
-        # event.
+        # tag and packet size, sequence id and flags, TrackEvent tag and size, the event, and
+        # the timestamp after it (the module's docstring says why).
         p.varint(_TRACK_EVENT, p.sizes(), front=True)
         _add(p, e.seq_head, e.seq[rows], front=True)
-        p.varint(_TIMESTAMP, self.delta[rows], front=True)
+        p.varint(_TIMESTAMP, self.delta[rows])
         p.varint(_PACKET, p.sizes(), front=True)
         return p
 

@@ -9,7 +9,7 @@
  * built from an older render.c (setup.sh not run since) is not used. */
 int render_abi(void)
 {
-    return 3;
+    return 4;
 }
 
 /* Row i of the piece (row at[i] of the output, or i where at is NULL) gets
@@ -244,27 +244,26 @@ static int64_t room(const struct events *e, int64_t row, int64_t fixed, int64_t 
     return fixed + head + args + desc + flows * per_flow;
 }
 
-/* A row's packet: Trace.packet tag and size, timestamp (the delta from its sequence's last
- * packet, which moves on), the sequence's head, TrackEvent tag and size, the event. The event
- * is written first, after room for a head whose two sizes take a byte each, and moved on where
- * they take more. */
+/* A row's packet: Trace.packet tag and size, the sequence's head, TrackEvent tag and size, the
+ * event, and last the timestamp (the delta from its sequence's last packet, which moves on;
+ * encode/perfetto.py's docstring says why last). The event is written first, after room for
+ * sizes that take a byte each, and moved on where they take more. */
 static uint8_t *packet(uint8_t *at, const struct events *e, int64_t row)
 {
     int64_t track = e->track[row], seq = e->seq[track], delta = e->ts[row] - e->last[seq];
-    int64_t after = e->tags.size[TIMESTAMP] + varint_size((uint64_t)delta) + e->head.size[seq]
-        + e->tags.size[TRACK_EVENT];
-    uint8_t *event = at + e->tags.size[PACKET] + 1 + after + 1;
+    int64_t head = e->head.size[seq] + e->tags.size[TRACK_EVENT];
+    int64_t stamp = e->tags.size[TIMESTAMP] + varint_size((uint64_t)delta);
+    uint8_t *event = at + e->tags.size[PACKET] + 1 + head + 1;
     int64_t size = track_event(event, e, row, track) - event;
-    int64_t inner = after + varint_size((uint64_t)size) + size;
+    int64_t inner = head + varint_size((uint64_t)size) + size + stamp;
     int64_t shift = varint_size((uint64_t)size) + varint_size((uint64_t)inner) - 2;
     if (shift)
         memmove(event + shift, event, (size_t)size);
     at = put_varint(put_entry(at, &e->tags, PACKET), (uint64_t)inner);
-    at = put_field(at, e, TIMESTAMP, (uint64_t)delta);
     at = put_entry(at, &e->head, seq);
     at = put_field(at, e, TRACK_EVENT, (uint64_t)size);
     e->last[seq] = e->ts[row];
-    return at + size;
+    return put_field(at + size, e, TIMESTAMP, (uint64_t)delta);
 }
 
 /* The packets of the layout rows `rows` (count of them) back to back into out (out_size bytes):

@@ -140,8 +140,8 @@ def test_an_entry_past_its_table_is_refused(renderer: native.Renderer) -> None:
     past = (np.zeros(4, np.uint8), one, one + 3)
     event = perfetto._TYPE + b"\x01"
     assert renderer.events(_tables()).render(row) == (
-        perfetto._PACKET + b"\x08" + perfetto._TIMESTAMP + b"\x01PQ" + perfetto._TRACK_EVENT
-        + b"\x02" + event)
+        perfetto._PACKET + b"\x08PQ" + perfetto._TRACK_EVENT + b"\x02" + event
+        + perfetto._TIMESTAMP + b"\x01")
     for bad in ({"desc": past}, {"head": past}, {"track": one}, {"args": one}):
         with pytest.raises(AssertionError):
             renderer.events(_tables(**bad)).render(row)
