@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 LIBRARY = Path(__file__).with_name("_render.so")
 """Where the install builds render.c."""
-ABI = 4
+ABI = 5
 """render.c's render_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64

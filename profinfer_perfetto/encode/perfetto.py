@@ -16,15 +16,16 @@ order. A run written in parts (a streamed capture) goes on with the same sequenc
 part: a part's first packet on a sequence carries only the names interned since, and its clock
 counts on (new sequences when the layout's tables start over).
 
-What keeps a trace small (12.4 B per recorded event on medium-llama, one per op and thread): a
+What keeps a trace small (about 12 B per recorded event on medium-llama, one per op and thread): a
 node's description is written once per file and named by number after (DESC_ARG), counter
 samples only where a value changes, DAG flow ids from a small cycle (layout.dag_flows) written as
 varints (the deprecated `flow_ids_old` fields, which trace_processor reads where an event has no
 fixed64 ones: 1 byte an id, not 8; 15.7 B per event before), the interned names
-deflated, each sequence's packets side by side for deflate, and an event packet's timestamp
-written last, after the fields a sequence's packets share (deflate then finds them in one run
-where it found two around the timestamp: 8 % fewer bytes on one recording, 14.3 B per event
-with the timestamp first).
+deflated, each sequence's packets side by side for deflate, and the fields that differ from
+event to event after those that do not: an event packet's timestamp last, and an op's name
+after its args (deflate then finds the fields a sequence's packets share in longer runs: on
+one medium-llama recording 14.3 B per event with the timestamp first and the name before the
+args, 13.2 B with the timestamp last, 12.7 B with both).
 
 What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event, nor a Python
 call per node description; where the install built render.c (encode/native.py), a chunk's
@@ -524,8 +525,9 @@ def _add(p: Pieces, table: _Bytes, keys: np.ndarray, front: bool = False) -> Non
 def _bodies(layout: Layout, own_track: np.ndarray, uuids: np.ndarray, args: _Bytes,
             descs: _Bytes) -> _Bytes:
     """Each row's event fields that are not counters or flows (type, the uuid of its track where
-    not its sequence's default one (`own_track`, else -1), name, args, node description), by
-    row: a trace has few distinct ones (an op's on every token step), each rendered once."""
+    not its sequence's default one (`own_track`, else -1), args, node description, name), by
+    row: a trace has few distinct ones (an op's on every token step), each rendered once. The
+    name after the args: the args' tags then follow the fields every event has, for deflate."""
     desc_source, desc_start, desc_size = descs
     code = _combined((np.where(desc_size > 0, desc_start, -1), layout.args, layout.name,
                       own_track, layout.type))
@@ -540,10 +542,10 @@ def _bodies(layout: Layout, own_track: np.ndarray, uuids: np.ndarray, args: _Byt
     p.varint(_TYPE, layout.type[first])
     at = np.flatnonzero(own_track[first] >= 0)
     p.varint(_TRACK_UUID, uuids[own_track[first[at]]], at)
-    at = np.flatnonzero(layout.name[first] >= 0)
-    p.varint(_NAME_IID, layout.name[first[at]] + 1, at)
     _add(p, args, layout.args[first])
     p.add(desc_source, desc_start[first], desc_size[first])
+    at = np.flatnonzero(layout.name[first] >= 0)
+    p.varint(_NAME_IID, layout.name[first[at]] + 1, at)
     data, end = p.render()
     size = np.diff(end, prepend=0)
     return data, (end - size)[which], size[which]

@@ -9,7 +9,7 @@
  * built from an older render.c (setup.sh not run since) is not used. */
 int render_abi(void)
 {
-    return 4;
+    return 5;
 }
 
 /* Row i of the piece (row at[i] of the output, or i where at is NULL) gets
@@ -202,11 +202,11 @@ static uint8_t *track_event(uint8_t *at, const struct events *e, int64_t row, in
     at = put_field(at, e, TYPE, (uint64_t)e->type[row]);
     if (e->own[track])
         at = put_field(at, e, TRACK_UUID, (uint64_t)e->uuid[track]);
-    if (e->name[row] >= 0)
-        at = put_field(at, e, NAME_IID, (uint64_t)e->name[row] + 1);
     if (args >= 0)
         at = put_entry(at, &e->arg_sets, args);
     at = put_entry(at, &e->desc, row);
+    if (e->name[row] >= 0)
+        at = put_field(at, e, NAME_IID, (uint64_t)e->name[row] + 1);
     for (c = 0; args >= 0 && c < e->counters; c++) {
         uint64_t v = (uint64_t)e->count[row * e->counters + c];
         if (e->count[row * e->counters + c] < 0)
