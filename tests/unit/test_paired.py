@@ -169,13 +169,13 @@ def stall_verdict(base: list[list[int]], new: list[list[int]], paired: bool) -> 
 
 
 def test_a_stall_in_every_candidate_run_is_caught_past_a_stalled_baseline_run() -> None:
-    """A busy loop stalls every candidate run (a mean of 20 % of a step); one baseline run was
-    stalled too (7 µs in one step, by another task: 14 %). The band of the baseline's runs
-    (0, 14 and 0 %: about ±40 %) is wider than the move (+15 %), so the unpaired check calls
-    it noise. Paired, each candidate run stalled more than its own baseline run by more than the
-    limit, and the band is not held against that. Where one pair did not move, or there are
-    only two pairs, the band decides as before."""
-    quiet, stalled, busy = [0] * 50, [7000] + [0] * 49, [1000] * 10 + [0] * 40
+    """A busy loop stalls every candidate run (half of 20 of its 50 steps: 20 % of a step on
+    average); one baseline run was stalled too, by another task (70 % of 10 steps: 14 %). The
+    band of the baseline's runs (0, 14 and 0 %: about ±40 %) is wider than the move (+15 %),
+    so the unpaired check calls it noise. Paired, each candidate run stalled more than its own
+    baseline run by more than the limit, and the band is not held against that. Where one pair
+    did not move, or there are only two pairs, the band decides as before."""
+    quiet, stalled, busy = [0] * 50, [700] * 10 + [0] * 40, [500] * 20 + [0] * 30
     base = [quiet, stalled, quiet]
     assert stall_verdict(base, [busy] * 3, paired=False) == WITHIN_NOISE
     assert stall_verdict(base, [busy] * 3, paired=True) == REGRESSION
