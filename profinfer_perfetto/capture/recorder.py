@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -303,6 +303,7 @@ def record(
     probe_plan: ProbePlan | None,
     on_attached: Callable[[int], None] | None = None,
     sink: Sink | None = None,
+    helpers: Sequence[int] = (),
 ) -> Recording:
     """Capture until the target ends, the duration passes or the recorder gets SIGINT, SIGTERM
     or SIGHUP.
@@ -311,7 +312,8 @@ def record(
     interpreter, a dlopened backend) the command is followed until one of its processes maps
     the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
     place, before the target runs on. With a `sink`, each drain goes there as it comes and the
-    Recording returned holds the run only; else it holds every record.
+    Recording returned holds the run only; else it holds every record. `helpers`: processes of
+    the recorder's own (a follower) kept off a pinned target's CPUs with its threads.
 
     A launched command is ended (SIGKILL) if anything fails or a signal comes before the
     capture begins, and (the signal passed on, or SIGTERM) if the capture fails or a signal
@@ -334,7 +336,7 @@ def record(
             try:
                 if on_attached is not None:
                     on_attached(capture.pid)
-                with kept_off(target_cpus(capture.pid)) as moved:
+                with kept_off(target_cpus(capture.pid), helpers) as moved:
                     capture.extra_notes += [moved] if moved else []
                     _release(launched)
                     run = capture.run(stop)

@@ -269,7 +269,8 @@ class RecordCommand:
         follower = (Follower.start(spill.folder, len(self.request.counters)) if self.follow
                     else None)
         try:
-            recording = record(self.request, probe_plan, self._attached, spill)
+            recording = record(self.request, probe_plan, self._attached, spill,
+                               (follower.proc.pid,) if isinstance(follower, Follower) else ())
             if (failed := spill.finish()) is not None:
                 raise ProfinferError(f"{failed}: no trace written")
             ended = time.monotonic()

@@ -4,9 +4,12 @@ take its name: tests/integration/test_records_kept.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from profinfer_perfetto.capture.run import Recording, Records, Run, drained_dtyp
 from profinfer_perfetto.capture.spill import read_drains, spill_path
 from profinfer_perfetto.encode.follow import noted
 from profinfer_perfetto.encode.stream import write_trace
+from tests.integration.test_record import start_recorder
 from tests.integration.test_stream import generation
 
 pytestmark = pytest.mark.root
@@ -52,3 +56,46 @@ def test_the_followers_trace_is_the_after_run_trace_of_its_records(tmp_path: Pat
     ended = noted(Recording(**vars(Records.empty(len(run.counters))), run=run), drains.notes)
     after = write_trace(tmp_path / "after.pftrace", drains, ended).files[0]
     assert out.read_bytes() == after.read_bytes()
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (R, S, T, Z, ...; "" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _follower(recorder: int) -> int | None:
+    """The recorder's follower process, if it has one now."""
+    for children in Path(f"/proc/{recorder}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"profinfer_perfetto.encode.follow" in cmdline:
+                return int(pid)
+    return None
+
+
+def test_the_follower_keeps_off_a_pinned_target_s_cpu(tmp_path: Path) -> None:
+    """A target pinned to one CPU: while it runs (released, not yet ended: read before and
+    after), the follower may not run there, as the recorder's own threads may not."""
+    own = os.sched_getaffinity(0)
+    if len(own) < 2:
+        pytest.skip("one CPU: the follower has nowhere else to run")
+    cpu = max(own)
+    recorder, target = start_recorder(tmp_path / "pinned.pftrace", "--follow", "--", "taskset",
+                                      "-c", str(cpu), *generation("tiny-llama", 2000))
+    seen: list[set[int]] = []
+    while recorder.poll() is None and not seen:
+        follower = _follower(recorder.pid)
+        if follower is None or _state(target) not in ("R", "S", "D"):
+            time.sleep(0.01)  # no follower yet, or the target held, or ended
+            continue
+        with contextlib.suppress(OSError):
+            cpus = os.sched_getaffinity(follower)
+            if _state(target) in ("R", "S", "D"):  # still running: the capture had not ended
+                seen.append(cpus)
+    out, err = recorder.communicate(timeout=300)
+    assert recorder.returncode == 0, err
+    assert "by its follower at idle priority" in out, out
+    assert seen == [own - {cpu}]

@@ -4,6 +4,7 @@ threads (setting one's own affinity needs no root)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 
 import pytest
@@ -46,6 +47,26 @@ def test_every_thread_moves_while_the_block_runs_and_comes_back() -> None:
     finally:
         before.set()
         started.join()
+
+
+def test_a_helper_process_moves_with_the_recorder_and_comes_back() -> None:
+    """--follow's follower (here a child that sleeps) keeps off the target's CPUs as the
+    recorder's threads do; a helper that is gone is passed over."""
+    own = os.sched_getaffinity(0)
+    if len(own) < 2:
+        pytest.skip("one CPU: there is nowhere to move to")
+    target = [max(own)]
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    helper = subprocess.Popen(["sleep", "60"])
+    try:
+        with kept_off(target, [helper.pid, gone.pid]) as note:
+            assert note is not None
+            assert os.sched_getaffinity(helper.pid) == own - set(target)
+        assert os.sched_getaffinity(helper.pid) == own
+    finally:
+        helper.kill()
+        helper.wait()
 
 
 def test_no_move_where_the_target_may_use_every_cpu() -> None:
