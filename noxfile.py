@@ -68,11 +68,13 @@ GUEST_TESTS = (
     "[tiny-qwen3moe]",
     "tests/integration/test_pmu.py",
     "tests/integration/test_barrier_nodes.py",
+    "tests/integration/test_one_trap.py",
 )
 """What runs in an emulated machine: a 2-thread tiny-llama generation against bpftrace's op
 count in the same guest, tiny-qwen3moe's expert ids against llama-eval-callback's, the
-hardware counters per op against perf stat (where the machine has Arm's PMU), and the node each
-barrier names against the op begins (one trap per op on that architecture's registers)."""
+hardware counters per op against perf stat (where the machine has Arm's PMU), the node each
+barrier names against the op begins (one trap per op on that architecture's registers), and the
+ops modelled from the barriers alone against the ones recorded with both traps."""
 
 
 def _in_guest(session: nox.Session, arch: str, kernel: str, build: str,

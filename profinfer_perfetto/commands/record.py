@@ -269,8 +269,8 @@ class RecordCommand:
         follower = (Follower.start(spill.folder, len(self.request.counters)) if self.follow
                     else None)
         try:
-            recording = record(self.request, probe_plan, self._attached, spill,
-                               (follower.proc.pid,) if isinstance(follower, Follower) else ())
+            helpers = (follower.proc.pid,) if isinstance(follower, Follower) else ()
+            recording = record(self.request, probe_plan, self._attached, spill, helpers)
             if (failed := spill.finish()) is not None:
                 raise ProfinferError(f"{failed}: no trace written")
             ended = time.monotonic()

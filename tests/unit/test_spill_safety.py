@@ -57,7 +57,7 @@ def _fake_record(rec: Recording, fail: BaseException | None = None,
     them)."""
 
     def fake(request: RecordRequest, probe_plan: object, attached: object,
-             sink: Callable[[Drained, Run], str | None]) -> Recording:
+             sink: Callable[[Drained, Run], str | None], helpers: object = ()) -> Recording:
         for drained in synthetic.drains(rec, 7)[:drains]:
             assert sink(drained, rec.run) is None
         if fail is not None:
