@@ -67,12 +67,13 @@ def _state(pid: int) -> str:
 
 
 def _follower(recorder: int) -> int | None:
-    """The recorder's follower process, if it has one now."""
+    """The recorder's follower process, if it has one now (a thread or child that ends
+    meanwhile passed over)."""
     for children in Path(f"/proc/{recorder}/task").glob("*/children"):
-        for pid in children.read_text().split():
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"profinfer_perfetto.encode.follow" in cmdline:
-                return int(pid)
+        with contextlib.suppress(OSError):
+            for pid in children.read_text().split():
+                if b"profinfer_perfetto.encode.follow" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return int(pid)
     return None
 
 
