@@ -101,10 +101,13 @@ def _after_md(a: Any) -> list[str]:
     return _table([f"record (follower: --follow), tiny-llama {a['tokens']} tokens (load "
                    f"{a['load_before']:.1f} before, {a['load_after']:.1f} after)",
                    "trace written s after the run, each round", "share of the capture",
-                   "capture s", "events/s", "target eval tokens/s"],
+                   "capture s", "events/s", "target eval tokens/s",
+                   "tokens/s against the after-run's in its round (median)"],
                   [[name, each(r["after_s"], ".2f"), each(r["share_of_capture"], ".0%"),
                     each(r["capture_s"], ".1f"), each(r["events_per_s"], ",d"),
-                    each(r["eval_tokens_s"], ".1f")] for name, r in setups.items()])
+                    each(r["eval_tokens_s"], ".1f"),
+                    f"{r['eval_ratio']:.3f}" if "eval_ratio" in r else ""]
+                   for name, r in setups.items()])
 
 
 def _windows_md(results: Any) -> list[str]:

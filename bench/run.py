@@ -626,9 +626,11 @@ def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
             "events": said["events"], "eval_tokens_s": float(speed.group(1))}
 
 
-def bench_after(tokens: int = 10_000, rounds: int = 2) -> dict[str, Any]:
+def bench_after(tokens: int = 10_000, rounds: int = 6) -> dict[str, Any]:
     """record's default: the trace's completion after the run, its follower at idle priority
-    against the old after-run write, and the target's speed under each (in turns)."""
+    against the old after-run write, and the target's speed under each (in turns; the
+    follower's as the ratio to the after-run's in the same round, where this VM's speed from
+    run to run cancels)."""
     results: dict[str, Any] = {"tokens": tokens, "load_before": os.getloadavg()[0]}
     for threads in (1, 2):
         runs: dict[str, list[dict[str, float]]] = {"follower": [], "after-run": []}
@@ -642,6 +644,9 @@ def bench_after(tokens: int = 10_000, rounds: int = 2) -> dict[str, Any]:
                 "capture_s": [r["capture_s"] for r in said],
                 "events_per_s": [round(r["events"] / r["capture_s"]) for r in said],
                 "eval_tokens_s": [r["eval_tokens_s"] for r in said]}
+        ratios = [f["eval_tokens_s"] / a["eval_tokens_s"]
+                  for f, a in zip(runs["follower"], runs["after-run"], strict=True)]
+        results[f"{threads} threads, follower"]["eval_ratio"] = round(float(np.median(ratios)), 3)
     results["load_after"] = os.getloadavg()[0]
     return results
 
