@@ -16,6 +16,7 @@ import pytest
 
 from profinfer_perfetto.capture.run import Recording, Records, Run, drained_dtypes
 from profinfer_perfetto.capture.spill import read_drains, spill_path
+from profinfer_perfetto.capture.watch import process_state
 from profinfer_perfetto.encode.follow import noted
 from profinfer_perfetto.encode.stream import write_trace
 from tests.integration.test_record import start_recorder
@@ -58,14 +59,6 @@ def test_the_followers_trace_is_the_after_run_trace_of_its_records(tmp_path: Pat
     assert out.read_bytes() == after.read_bytes()
 
 
-def _state(pid: int) -> str:
-    """A process's state letter (R, S, T, Z, ...; "" once it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
-
-
 def _follower(recorder: int) -> int | None:
     """The recorder's follower process, if it has one now (a thread or child that ends
     meanwhile passed over)."""
@@ -89,12 +82,12 @@ def test_the_follower_keeps_off_a_pinned_target_s_cpu(tmp_path: Path) -> None:
     seen: list[set[int]] = []
     while recorder.poll() is None and not seen:
         follower = _follower(recorder.pid)
-        if follower is None or _state(target) not in ("R", "S", "D"):
+        if follower is None or process_state(target) not in ("R", "S", "D"):
             time.sleep(0.01)  # no follower yet, or the target held, or ended
             continue
         with contextlib.suppress(OSError):
             cpus = os.sched_getaffinity(follower)
-            if _state(target) in ("R", "S", "D"):  # still running: the capture had not ended
+            if process_state(target) in ("R", "S", "D"):  # still running: the capture had not ended
                 seen.append(cpus)
     out, err = recorder.communicate(timeout=300)
     assert recorder.returncode == 0, err
