@@ -10,9 +10,10 @@ its own moves (a check that flags another op than ffn_out there was not caused b
 The candidates take turns (check i of each, then check i + 1 of each), so a
 slower hour of the machine falls on all of them alike.
 
-Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i), recorded only
-where missing, and judged again in process with the default rules, so a change to the paired
-statistics is judged on the same runs (delete the folder to record afresh). $GATE_CHECKS
+Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i, SETUP naming the
+model, threads and tokens), recorded only where missing, and judged again in process with the
+default rules, so a change to the paired statistics is judged on the same runs (delete the
+folder to record afresh). $GATE_CHECKS
 (default 20) sets how many checks; $GATE_SETUPS (e.g. "tiny-llama-t1,tiny-llama-t2") which
 setups. The graph diff is measured on its own case: medium-llama-down3 (layer 3's ffn_down in
 Q4_0) against medium-llama.
@@ -37,8 +38,11 @@ from profinfer_perfetto.query.engines import EngineChoice
 from scripts import assets
 
 PAIRS = 3
-SETUPS = (("tiny-llama", 1, 48), ("tiny-llama", 2, 48), ("medium-llama", 1, 32),
+SETUPS = (("tiny-llama", 1, 400), ("tiny-llama", 2, 400), ("medium-llama", 1, 32),
           ("medium-llama", 2, 32))
+"""Model, threads, tokens. Tiny-llama decodes 400 tokens (about 0.4 s) so that the busy loop,
+which the scheduler runs in slices of about 4 ms, meets every candidate run: its 47 steps of a
+48-token run took 36-73 ms and were stalled in only 3 to 9 (docs/ab.md)."""
 SLOWED = "ffn_out"
 """The nodes slowed: ffn_down's matmuls (its tensor is named ffn_out)."""
 FOLDER = assets.CACHE / "bench" / "gate"
@@ -125,7 +129,7 @@ def bench_gate(completion: Completion, settings: Settings | None = None) -> dict
         flagged: dict[str, list[list[str]]] = {name: [] for name in candidates(last)}
         for i in range(checks):
             for name, candidate in candidates(last).items():
-                folder = FOLDER / f"{model}-t{threads}" / name.split(" (")[0] / str(i)
+                folder = FOLDER / f"{model}-t{threads}-n{tokens}" / name.split(" (")[0] / str(i)
                 _ab(folder, command, candidate(command))
                 flagged[name].append(_flagged(folder, settings))
         for name, runs in flagged.items():
