@@ -15,6 +15,7 @@ import pytest
 
 from profinfer_perfetto.capture.events import SchedKind
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.capture.watch import process_state
 from profinfer_perfetto.query.engines import EngineChoice, Result
 from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
@@ -42,10 +43,6 @@ def _schedstat(pid: int) -> tuple[int, int]:
     return int(ns), int(runs)
 
 
-def _is_stopped(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def _wait_until(done: Callable[[], bool], what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -68,7 +65,7 @@ def _hog_beside(recorder: subprocess.Popen[str]) -> int:
     try:
         _wait_until(lambda: _schedstat(hog.pid)[1] >= HOG_RUNS, "the hog ran")
         hog.send_signal(signal.SIGSTOP)
-        _wait_until(lambda: _is_stopped(hog.pid), "the hog stopped")
+        _wait_until(lambda: process_state(hog.pid) == "T", "the hog stopped")
         recorder.send_signal(signal.SIGINT)
         _, err = recorder.communicate(timeout=120)
         assert recorder.returncode == 0, err

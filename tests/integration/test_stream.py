@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from profinfer_perfetto.capture.spill import INDEX_FILE
+from profinfer_perfetto.capture.watch import process_state
 from profinfer_perfetto.commands.recover import RECOVERED
 from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.session import TraceQuery
@@ -33,13 +34,6 @@ def generation(model: str, n: int) -> list[str]:
     return [str(assets.llama_bin("llama-completion")), "-m", str(assets.model(model)), "-p",
             PROMPT, "-n", str(n), "-t", "2", "-no-cnv", "--no-warmup", "-s", "1", "--ignore-eos",
             "--context-shift", "-c", "256"]
-
-
-def _is_stopped(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] in "tT"
-    except OSError:
-        return False
 
 
 def _grown(path: Path, size: int, timeout: float = 120) -> int:
@@ -112,7 +106,7 @@ def test_a_killed_recorder_leaves_the_run_up_to_the_kill(cli: Cli, tmp_path: Pat
         _copy(written, before)
         recorder.kill()
         recorder.wait()
-        assert not _is_stopped(pid)
+        assert process_state(pid) not in ("T", "t")
     finally:
         os.kill(pid, signal.SIGKILL)
     assert not out.exists()
@@ -150,7 +144,7 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
                    if line.startswith("profinfer-perfetto:") and "tracing pid" not in line]
         assert "No space left on device" in said
         pid = int(result.stderr.split("tracing pid ")[1].split(";")[0])
-        assert not _is_stopped(pid)
+        assert process_state(pid) not in ("T", "t")
         if not stream:
             assert "profinfer-perfetto recover" in said
             assert [p.name for p in disk.iterdir()] == ["run.pftrace.records"]

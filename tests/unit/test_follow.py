@@ -19,6 +19,7 @@ import pytest
 from profinfer_perfetto.capture.recorder import RecordRequest
 from profinfer_perfetto.capture.run import Recording, Records, Run
 from profinfer_perfetto.capture.spill import Spill, read_drains, spill_path
+from profinfer_perfetto.capture.watch import process_state
 from profinfer_perfetto.commands import record as record_module
 from profinfer_perfetto.commands.record import RecordCommand
 from profinfer_perfetto.commands.recover import RecoverCommand
@@ -163,13 +164,6 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_the_follower_dies_with_its_recorder_and_recover_writes_the_trace(
         tmp_path: Path) -> None:
     """A recorder killed (SIGKILL) takes its follower with it; what the follower wrote stays in
@@ -185,7 +179,7 @@ def test_the_follower_dies_with_its_recorder_and_recover_writes_the_trace(
     finally:
         recorder.kill()
         recorder.wait()
-    _wait(lambda: not _alive(pid), "the follower outlived its recorder")
+    _wait(lambda: process_state(pid) in ("Z", None), "the follower outlived its recorder")
     assert RecoverCommand(output).run() == 0
     assert sorted(tmp_path.iterdir()) == [output]
 

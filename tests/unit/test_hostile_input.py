@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as official
 
+from profinfer_perfetto.capture.watch import process_state
 from profinfer_perfetto.check import report
 from profinfer_perfetto.check.baseline import FORMAT, Baseline
 from profinfer_perfetto.check.rules import DEFAULT_RULES, Rule, Settings
@@ -359,14 +360,6 @@ def _end(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _ended(pid: int) -> bool:
-    """The process is gone, or a zombie (whoever adopted it may not reap it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 _SHELL = """import http.server, os, sys
 open(os.environ["PROFINFER_TEST_PID_FILE"], "w").write(str(os.getpid()))
 class Status(http.server.BaseHTTPRequestHandler):
@@ -433,7 +426,7 @@ def test_trace_processor_ends_when_the_query_is_killed(tmp_path: Path,
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 60  # a guard: the kernel sends SIGKILL as the query ends
     try:
-        while not _ended(pid):
+        while process_state(pid) not in ("Z", None):  # gone, or a zombie nobody reaps
             assert time.monotonic() < deadline, "trace_processor outlived the killed query"
             time.sleep(0.01)
     finally:
