@@ -13,10 +13,10 @@ slower hour of the machine falls on all of them alike.
 Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i, SETUP naming the
 model, threads and tokens), recorded only where missing, and judged again in process with the
 default rules, so a change to the paired statistics is judged on the same runs (delete the
-folder to record afresh). $GATE_CHECKS
-(default 20) sets how many checks; $GATE_SETUPS (e.g. "tiny-llama-t1,tiny-llama-t2") which
-setups. The graph diff is measured on its own case: medium-llama-down3 (layer 3's ffn_down in
-Q4_0) against medium-llama.
+folder to record afresh). $GATE_CHECKS (default 20) sets how many checks; $GATE_SETUPS (e.g.
+"tiny-llama-t1,tiny-llama-t2") which setups, whose rows replace those in bench/results.json and
+leave the others. The graph diff is measured on its own case: medium-llama-down3 (layer 3's
+ffn_down in Q4_0) against medium-llama.
 """
 
 from __future__ import annotations
