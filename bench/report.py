@@ -47,11 +47,14 @@ def _steps_md(results: Any) -> list[str]:
 def _capture_md(results: Any) -> list[str]:
     return _table(["capture (record's own process; streamed unless 'by default')",
                    "capture s", "events", "events/s", "recorder peak MB",
-                   "recorder CPU / capture", "lost", "bytes per op"],
+                   "recorder CPU / capture", "lost", "bytes per op",
+                   "trace written after the run (share of the capture)"],
                   [[name, f"{r['capture_s']:.1f}", str(int(r["events"])),
                     str(r["events_per_s"]), f"{r['peak_mb']:.0f}",
                     f"{r['recorder_cpu_share']:.1%}", str(int(r["lost"])),
-                    str(r.get("bytes_per_op", ""))] for name, r in results.items()])
+                    str(r.get("bytes_per_op", "")),
+                    f"{r['after_s']:.1f} s ({r['after_s'] / r['capture_s']:.0%})"
+                    if "after_s" in r else ""] for name, r in results.items()])
 
 
 def _capacity_md(results: Any) -> list[str]:
@@ -83,7 +86,8 @@ def _writer_md(w: Any) -> list[str]:
 
 def _write_md(w: Any) -> list[str]:
     return _table(["record's after-run write (tiny-llama 2 threads, tiled to "
-                   f"{w['capture_s_at_server_rate']} s at 300 k events/s)", "events",
+                   f"{w['capture_s_at_server_rate']} s at 300 k events/s, drains of 30 k events)",
+                   "events",
                    "write s (CPU s), each round", "events/s", "share of the capture",
                    "bytes per event"],
                   [["spill read, model, layout, encode, deflate, file", str(w["events"]),

@@ -32,7 +32,7 @@ writer  the streamed writer's CPU per event (what `record --stream` spends besid
         drains would bring it, in the recorder's process, timed by process CPU time.
 write   record's after-run write (spilled records read back, modelled, laid out, encoded,
         deflated, written) against the capture's duration: a tiny-llama recording (2 threads)
-        tiled in time to 10 s of capture at a busy server's 300 k events/s.
+        tiled in time to 10 s of capture at a busy server's 300 k events/s, in its drains.
 after   record with a real target (tiny-llama, 10,000 tokens, 1 thread pinned to one vCPU and
         2 threads, in turns): the time from the run's end to the whole trace, by --follow's
         follower at idle priority and by the default's after-run write, against the capture's
@@ -165,7 +165,8 @@ def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str
 
 
 def _recorder_said(summary: str) -> dict[str, float]:
-    """From record's summary: its CPU share of the capture, peak memory, events and losses."""
+    """From record's summary: its CPU share of the capture, peak memory, events and losses,
+    and how long the trace took after the run (where it was written then)."""
     said: dict[str, float] = {}
     for line in summary.splitlines():
         words = line.split()
@@ -173,6 +174,8 @@ def _recorder_said(summary: str) -> dict[str, float]:
             said["recorder_cpu_share"] = float(words[2]) / float(words[9])
             said["recorder_cpu_s"], said["capture_s"] = float(words[2]), float(words[9])
             said["peak_mb"] = float(words[6])
+        if line.strip().startswith("trace written") and "after the run" in line:
+            said["after_s"] = float(words[2])
         if line.strip().startswith("events "):
             said["events"] = float(words[1].rstrip(","))
             said["lost"] = float(words[3])
@@ -217,7 +220,8 @@ def bench_memory() -> dict[str, Any]:
 
 def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
     """record --pid on a llama-server (3 slots) under continuous load from `clients` clients for
-    `seconds`, streamed and by default: peak memory, CPU, events, losses."""
+    `seconds`, streamed and by default: peak memory, CPU, events, losses, and by default how
+    long the trace took after the run."""
     results: dict[str, Any] = {}
     for mode in ("--stream", ""):
         name = f"llama-server {clients} slots, {clients} clients, {seconds:g} s"
@@ -534,15 +538,22 @@ def bench_capacity() -> dict[str, Any]:
     return results
 
 
-def _drains(rec: Recording, every_ns: int = 100_000_000) -> list[Drained]:
-    """The recording's records as drains every `every_ns` would have brought them."""
-    def part(records: np.ndarray, a: int) -> np.ndarray:
-        picked: np.ndarray = records[(records["ts"] >= a) & (records["ts"] < a + every_ns)]
+def _drains(rec: Recording, every_ns: int = 100_000_000, events: int = 0) -> list[Drained]:
+    """The recording's records as drains every `every_ns` would have brought them; or, with
+    `events`, as drains of that many events each (what a capture at another rate would bring)."""
+    def part(records: np.ndarray, a: int, b: int) -> np.ndarray:
+        picked: np.ndarray = records[(records["ts"] >= a) & (records["ts"] < b)]
         return picked
 
-    starts = range(rec.run.begin_ns, rec.run.end_ns + 1, every_ns)
-    return [Drained(part(rec.events, a), part(rec.nodes, a), part(rec.routes, a),
-                    part(rec.batches, a), np.empty(0, SCHED)) for a in starts]
+    if events:
+        cuts = np.sort(rec.events["ts"])[events::events].tolist()
+    else:
+        cuts = list(range(rec.run.begin_ns + every_ns, rec.run.end_ns + 1, every_ns))
+    starts = [rec.run.begin_ns, *cuts]
+    ends = [*cuts, rec.run.end_ns + 1]
+    return [Drained(part(rec.events, a, b), part(rec.nodes, a, b), part(rec.routes, a, b),
+                    part(rec.batches, a, b), np.empty(0, SCHED))
+            for a, b in zip(starts, ends, strict=True)]
 
 
 def bench_writer(tokens: int = 320, rounds: int = 3) -> dict[str, Any]:
@@ -574,8 +585,10 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
     """The after-run write of record's default (the records spilled during the run, the trace
     written from them once it ends) against the capture's duration: a real recording
     (tiny-llama, 256 tokens, 2 threads) tiled in time to `seconds` of capture at SERVER_RATE,
-    its 100 ms drains spilled to disk (a temporary folder), then read back and written as the
-    trace (wall time, best round; the process's CPU time beside it)."""
+    cut into the drains such a capture brings (100 ms of SERVER_RATE: the chunks the writer
+    models are as long as a server capture's, not as the recording's own slower rate made
+    them), spilled to disk (a temporary folder), then read back and written as the trace (wall
+    time, best round; the process's CPU time beside it)."""
     request = RecordRequest(command=completion("tiny-llama", 256, 2))
     rec = record(request, plan(request))
     rec = tiled(rec, int(seconds * SERVER_RATE))
@@ -583,7 +596,7 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "write.pftrace"
         spill = Spill(spill_path(out), len(rec.run.counters))
-        for drained in _drains(rec):
+        for drained in _drains(rec, events=SERVER_RATE // 10):
             spill(drained, rec.run)
         spill.finish()
         for _ in range(rounds):

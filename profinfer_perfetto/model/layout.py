@@ -462,7 +462,7 @@ class _LayoutBuilder:
         node, fused = pairs // width, pairs % width - 1
         ids = self._node_ids(node, fused)
         names, args = ids[:, 0], ids[:, 1].copy()
-        for i in [i for i, n in enumerate(node.tolist()) if n in model.routing]:
+        for i in np.flatnonzero(np.isin(node, list(model.routing))).tolist():
             routing_args = tuple(_routing_args(model.routing[int(node[i])]))
             args[i] = self.arg_set(self.tables.arg_sets[args[i]] + routing_args)
         index, at = np.unique(nodes.index[node], return_inverse=True)

@@ -536,17 +536,19 @@ def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans, index: La
     raw["ts"] = at[ok]
     node_graph = node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
-    named = [_named(n) for n in raw["name"].tolist()]
+    # Each descriptor's name decoded once: a graph's nodes are described alike at every step.
+    used, of_node = np.unique(described[ok], return_inverse=True)
+    named = [_named(n) for n in descriptors["name"][used].tolist()]
     names, layers, automatic = zip(*named, strict=True) if named else ((), (), ())
     nodes = Nodes(
         graph=node_graph,
         index=np.arange(len(raw)) - first_of_graph,
         raw=raw,
         described_at=described_at,
-        names=list(names),
-        layer=np.array(layers, np.int64),
+        names=np.array(names, object)[of_node].tolist(),
+        layer=np.array(layers, np.int64)[of_node],
     )
-    return nodes, np.array(automatic, bool)
+    return nodes, np.array(automatic, bool)[of_node]
 
 
 def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tuple[Ops, int]:
