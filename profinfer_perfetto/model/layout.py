@@ -245,6 +245,20 @@ def _distinct(columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     return order[new], which
 
 
+
+def _equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of equal rows of a byte matrix (rows a multiple of 8 long): each group's first
+    row and each row's group. Rows are told apart by a hash, checked: should two differing rows
+    share one, they are sorted whole instead (ten times slower)."""
+    words = rows.view(np.uint64)
+    mix = np.random.default_rng(0).integers(1, 1 << 63, words.shape[1], np.uint64) | 1
+    _, first, group = np.unique(words @ mix, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    if not np.array_equal(rows[first][group], rows):
+        whole_rows = rows.view(np.dtype((np.void, rows.shape[1]))).reshape(-1)
+        _, first, group = np.unique(whole_rows, return_index=True, return_inverse=True)
+    return first, group.reshape(-1)
+
 class _Rows:
     """Trace event rows gathered by kind; `ordered` sorts them once, as they must be written."""
 
@@ -302,9 +316,6 @@ class _Rows:
 
 MAX_TABLE = 1 << 16
 """Entries Tables holds before it starts over."""
-NodeKey = tuple[int, int, int, int, int, int]
-"""A node (or fused pair) by its descriptor(s) (tensor address, when sent; 0, 0 for no second
-node) and layers."""
 
 
 class _Indexed(Generic[T]):
@@ -338,15 +349,12 @@ class Tables:
         self.arg_set = _Indexed[Args]()
         """The id of a set of args; equal sets (a node in graph after graph) share one."""
         self.strings, self.arg_sets = self.string.items, self.arg_set.items
-        self.nodes: dict[NodeKey, tuple[int, int]] = {}
-        """A node's (name, description) ids, by its descriptors."""
-        self.contents: dict[tuple[bytes, bytes, int, int], tuple[int, int]] = {}
-        """The same, by what its descriptors say."""
+        self.contents: dict[bytes, tuple[int, int]] = {}
+        """A node's (name, description) ids, by what its descriptors say (_content_keys)."""
 
     def start_layout(self) -> None:
         """Before a layout: start over if full (never within one, whose ids must hold)."""
-        if (len(self.strings) + len(self.arg_sets) + len(self.nodes)
-                + len(self.contents)) > MAX_TABLE:
+        if len(self.strings) + len(self.arg_sets) + len(self.contents) > MAX_TABLE:
             self._clear()
             self.generation += 1
 
@@ -524,30 +532,43 @@ class _LayoutBuilder:
         self.rows.slices(track, device.begin, device.end, 1, names, args)
 
     def _node_ids(self, node: np.ndarray, fused: np.ndarray) -> np.ndarray:
-        """The (name, description) ids of nodes (or fused pairs): a node is described alike
-        in every graph that uses the same descriptor(s) for it, so each distinct key is looked
-        up (or described) once."""
+        """The (name, description) ids of nodes (or fused pairs): nodes whose descriptors say
+        the same (a node in graph after graph, a descriptor sent again unchanged) are looked
+        up once, and the new ones described in order of first use."""
         nodes = self.model.nodes
         second = np.maximum(fused, 0)
         has = fused >= 0
-        columns = (nodes.raw["ptr"][node], nodes.described_at[node],
-                   np.where(has, nodes.raw["ptr"][second], 0),
-                   np.where(has, nodes.described_at[second], 0),
-                   nodes.layer[node], np.where(has, nodes.layer[second], -1))
-        first, which = _distinct(columns)
-        in_use = np.argsort(first)  # new ones described in order of first use
-        described = self.tables.nodes
-        found = []
-        keys = zip(*(c[first[in_use]].tolist() for c in columns), strict=True)
-        for i, key in zip(first[in_use].tolist(), keys, strict=True):
-            known = described.get(key)
-            if known is None:
-                known = described[key] = self._description(int(node[i]), int(fused[i]))
-            found.append(known)
-        ids = np.empty((len(first), 2), np.int64)
+        first, which = _distinct((nodes.raw["ptr"][node], nodes.described_at[node],
+                                  np.where(has, nodes.raw["ptr"][second], 0),
+                                  np.where(has, nodes.described_at[second], 0),
+                                  nodes.layer[node], np.where(has, nodes.layer[second], -1)))
+        by_use = np.argsort(first)  # the nodes' descriptors, in order of first use
+        keys = self._content_keys(node[first[by_use]], fused[first[by_use]])
+        content, of_key = _equal_rows(keys)
+        in_use = np.argsort(content)
+        found = [self._described(keys[k].tobytes(), int(node[i]), int(fused[i]))
+                 for k, i in zip(content[in_use].tolist(), first[by_use][content[in_use]].tolist(),
+                                 strict=True)]
+        ids = np.empty((len(content), 2), np.int64)
         ids[in_use] = np.array(found, np.int64).reshape(-1, 2)
-        of_row: np.ndarray = ids[which]
+        of_descriptor = np.empty((len(first), 2), np.int64)
+        of_descriptor[by_use] = ids[of_key]
+        of_row: np.ndarray = of_descriptor[which]
         return of_row
+
+    def _content_keys(self, node: np.ndarray, fused: np.ndarray) -> np.ndarray:
+        """Each node's (or fused pair's) descriptors but their times, and its layers: a row of
+        bytes (a multiple of 8 long) each."""
+        contents = self.contents.view(np.uint8).reshape(-1, self.contents.dtype.itemsize)
+        width = -(-contents.shape[1] // 8) * 8
+        has = fused >= 0
+        layer = self.model.nodes.layer
+        keys = np.zeros((len(node), 2 * width + 24), np.uint8)
+        keys[:, :contents.shape[1]] = contents[node]
+        keys[has, width:width + contents.shape[1]] = contents[fused[has]]
+        keys[:, 2 * width:] = np.stack([layer[node], np.where(has, layer[np.maximum(fused, 0)], -1),
+                                        has.astype(np.int64)], 1).view(np.uint8)
+        return keys
 
     @cached_property
     def contents(self) -> np.ndarray:
@@ -558,16 +579,17 @@ class _LayoutBuilder:
     def _description(self, node: int, fused: int) -> tuple[int, int]:
         """The name and description ids of a node (or fused pair) by what its descriptors say
         (a descriptor sent again unchanged is described once)."""
-        model = self.model
-        layer = model.nodes.layer
-        content = (self.contents[node].tobytes(),
-                   b"" if fused < 0 else self.contents[fused].tobytes(),
-                   int(layer[node]), int(layer[fused]) if fused >= 0 else -1)
-        known = self.tables.contents.get(content)
+        key = self._content_keys(np.array([node]), np.array([fused]))[0].tobytes()
+        return self._described(key, node, fused)
+
+    def _described(self, key: bytes, node: int, fused: int) -> tuple[int, int]:
+        """The name and description ids of content `key` (_content_keys), of `node` and
+        `fused`."""
+        known = self.tables.contents.get(key)
         if known is None:
-            label, tensor = model.op_label(node, fused)
-            known = self.tables.contents[content] = (self.strings(f"{label} {tensor}"),
-                                                     self.arg_set(_node_args(model, node, fused)))
+            label, tensor = self.model.op_label(node, fused)
+            known = self.tables.contents[key] = (self.strings(f"{label} {tensor}"),
+                                                 self.arg_set(_node_args(self.model, node, fused)))
         return known
 
     def _with_cpu(self, arg: np.ndarray, cpu: np.ndarray) -> np.ndarray:

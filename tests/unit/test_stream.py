@@ -97,6 +97,20 @@ def test_a_step_longer_than_a_drain_makes_no_empty_chunk() -> None:
     assert len(chunks) <= 11, "at most one chunk per step"
 
 
+
+def test_the_tables_grow_with_what_nodes_say_not_how_often_they_are_described(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step describes its nodes again (the probes send a descriptor whenever a tensor
+    is built anew, as a server's batches do): the tables hold one description per distinct
+    content (the prefill's shapes and the decode's: two per node), however many steps, and
+    do not fill up with them (984 descriptors here)."""
+    monkeypatch.setattr(layout, "MAX_TABLE", 400)
+    tables = Tables()
+    for steps in (5, 40, 40):
+        build_layout(build(synthetic.decode_run(4, steps=steps)), tables)
+        assert len(tables.contents) == 2 * 6 * len(synthetic.LAYER_OPS)
+    assert tables.generation == 0
+
 def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: Path) -> None:
     """A recorder killed mid-write leaves OUTPUT.part ending in a partial packet: queries read
     the whole packets before it, say so, and answer as trace_processor reads the file."""
