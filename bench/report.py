@@ -47,11 +47,13 @@ def _steps_md(results: Any) -> list[str]:
 def _capture_md(results: Any) -> list[str]:
     return _table(["capture (record's own process; streamed unless 'by default')",
                    "capture s", "events", "events/s", "recorder peak MB",
-                   "recorder CPU / capture", "lost", "bytes per op",
+                   "recorder CPU / capture", "lost (longest gap between drains)", "bytes per op",
                    "trace written after the run (share of the capture)"],
                   [[name, f"{r['capture_s']:.1f}", str(int(r["events"])),
                     str(r["events_per_s"]), f"{r['peak_mb']:.0f}",
-                    f"{r['recorder_cpu_share']:.1%}", str(int(r["lost"])),
+                    f"{r['recorder_cpu_share']:.1%}",
+                    str(int(r["lost"])) + (f" ({r['drain_gap_ms']:.0f} ms)"
+                                           if "drain_gap_ms" in r else ""),
                     str(r.get("bytes_per_op", "")),
                     f"{r['after_s']:.1f} s ({r['after_s'] / r['capture_s']:.0%})"
                     if "after_s" in r else ""] for name, r in results.items()])

@@ -174,6 +174,7 @@ def _recorder_said(summary: str) -> dict[str, float]:
             said["recorder_cpu_share"] = float(words[2]) / float(words[9])
             said["recorder_cpu_s"], said["capture_s"] = float(words[2]), float(words[9])
             said["peak_mb"] = float(words[6])
+            said["drain_gap_ms"] = float(words[-3])
         if line.strip().startswith("trace written") and "after the run" in line:
             said["after_s"] = float(words[2])
         if line.strip().startswith("events "):

@@ -585,9 +585,12 @@ class _Capture:
             self.process_name = (Path(self.cmdline[0]).name if self.cmdline
                                  else process.process_name(pid))
         self.begin, self.cpu_at_begin = boot_ns(), time.process_time()
+        self.last_drain, self.drain_gap = time.monotonic(), 0.0
 
     def drain(self) -> str | None:
         """Hand the records since the last drain to the sink; why to stop, if the sink says."""
+        now = time.monotonic()
+        self.drain_gap, self.last_drain = max(self.drain_gap, now - self.last_drain), now
         events, nodes, routes, batches = self.session.read()
         for tid in np.unique(events["tid"]).tolist():
             if tid not in self.threads:
@@ -721,6 +724,7 @@ class _Capture:
             status=status,
             notes=self.notes(lost, sched_lost) if final else [],
             recorder_cpu_s=round(time.process_time() - self.cpu_at_begin, 3),
+            drain_gap_s=round(self.drain_gap, 3),
             aggregate=self.request.selection.aggregate,
             probe_costs=self.costs() if final else {},
             from_start=self.launched is not None,

@@ -54,6 +54,10 @@ class Run:
     notes: list[str] = field(default_factory=list)
     recorder_cpu_s: float = 0.0
     """CPU time the recorder itself spent while capturing (draining the rings)."""
+    drain_gap_s: float = 0.0
+    """The longest time between two drains of the rings (the recorder drains every 100 ms; a
+    ring holds about a second of a busy server's records): what says whether records lost to a
+    full ring were the recorder's lateness."""
     aggregate: bool = False
     """Ops were summed in BPF (--aggregate): see Recording.op_stats, there are no op events."""
     probe_costs: dict[str, ProbeCost] = field(default_factory=dict)

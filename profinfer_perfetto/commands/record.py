@@ -430,7 +430,8 @@ def summary(totals: RunTotals, model: TraceModel, output: Path, written: int, un
         f"  events {totals.events}, lost {model.run.lost_events} events and "
         f"{model.run.lost_nodes} node descriptors, {totals.dropped_ops} ops outside graphs",
         f"  recorder CPU {model.run.recorder_cpu_s:.2f} s, peak memory {_peak_mb():.0f} MB, over "
-        f"{(model.run.end_ns - model.run.begin_ns) / 1e9:.2f} s of capture",
+        f"{(model.run.end_ns - model.run.begin_ns) / 1e9:.2f} s of capture, drains at most "
+        f"{model.run.drain_gap_s * 1000:.0f} ms apart",
     ]
     if model.run.probe_costs:
         lines.append("  BPF time per probe run (kernel-timed, traps not included): " + ", ".join(

@@ -60,7 +60,8 @@ TRACE_FILE = "trace.pftrace"
 POLL_S = 0.1
 """How often the follower looks for new drains (the recorder drains every 100 ms)."""
 FINAL_ONLY: dict[str, Any] = {
-    "end_ns": 0, "status": "", "notes": [], "recorder_cpu_s": 0.0, "probe_costs": {},
+    "end_ns": 0, "status": "", "notes": [], "recorder_cpu_s": 0.0, "drain_gap_s": 0.0,
+    "probe_costs": {},
     "counted": {}, "lost_events": 0, "lost_nodes": 0}
 """What of a run only its final chunk says (the `record` slice; a chunk's end is its own), and
 the run as known before its end leaves unset."""

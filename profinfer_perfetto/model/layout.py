@@ -744,6 +744,7 @@ def _recording_args(model: TraceModel) -> Args:
         run.lost_nodes,
         model.cont.dropped_ops + model.dropped_ops,
         round(run.recorder_cpu_s * 1000),
+        round(run.drain_gap_s * 1000),
         f"profinfer-perfetto {__version__}",
         run.ggml.version,
         run.ggml.commit,

@@ -77,8 +77,8 @@ DEVICE_TIME_ARG = ("device_time", "the backend's GPU timestamp queries (a barrie
 """An arg of each device slice (record --gpu-timestamps): where its time comes from."""
 BUILD_ID_ARG = "ggml_build_id"
 RECORD_ARGS = ("status", "complete", "events", "events_lost", "nodes_lost", "ops_dropped",
-               "recorder_cpu_ms", "tool", "ggml_version", "ggml_commit", BUILD_ID_ARG,
-               "counters", "command")
+               "recorder_cpu_ms", "longest_drain_gap_ms", "tool", "ggml_version", "ggml_commit",
+               BUILD_ID_ARG, "counters", "command")
 """The record slice's args (BUILD_ID_ARG only where the build has one); then SCHED_ARGS with
 --sched, `counted_arg`s, `probe_args` and a `note_arg` per note."""
 SCHED_ARGS = ("sched_cpus", "sched_records", "sched_lost")

@@ -22,7 +22,7 @@ import pytest
 
 from profinfer_perfetto.capture.counters import PMUS, SOFTWARE_COUNTERS
 from profinfer_perfetto.capture.events import MAX_COUNTERS, Kind, TokenEntry
-from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
+from profinfer_perfetto.capture.recorder import DRAIN_INTERVAL_S, RecordRequest, plan, record
 from profinfer_perfetto.model.names import (
     INNER_WAIT_SLICE,
     WAIT_SLICE,
@@ -155,6 +155,8 @@ def check_counted(trace: trace_reader.Trace, counts: dict[str, int], barriers: b
     assert rec.args["status"] == "complete" and rec.args["complete"] is True
     assert rec.args["events_lost"] == 0 and rec.args["nodes_lost"] == 0
     assert rec.args["ops_dropped"] == 0
+    # the recorder sleeps 100 ms before each drain of its loop: the first comes no sooner
+    assert rec.args["longest_drain_gap_ms"] >= 1000 * DRAIN_INTERVAL_S
     assert rec.args["ggml_version"] == "0.25.3" and len(rec.args["ggml_build_id"]) == 40
     ops = op_slices(trace)
     assert len(ops) == counts["ops"] + counts.get("fused", 0)
