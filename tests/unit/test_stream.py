@@ -97,7 +97,6 @@ def test_a_step_longer_than_a_drain_makes_no_empty_chunk() -> None:
     assert len(chunks) <= 11, "at most one chunk per step"
 
 
-
 def test_the_tables_grow_with_what_nodes_say_not_how_often_they_are_described(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Every step describes its nodes again (the probes send a descriptor whenever a tensor
