@@ -9,7 +9,7 @@ import pytest
 
 from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Backend, Kind
 from profinfer_perfetto.model.backends import blas_ops
-from profinfer_perfetto.model.layout import _equal_rows, _mix, build_layout
+from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
 from profinfer_perfetto.model.work import op_work
 from tests import synthetic
@@ -150,20 +150,3 @@ def test_a_flow_id_comes_back_only_after_its_flow_ended() -> None:
         assert (begin[same][1:] > end[same][:-1]).all(), flow_id
     assert (begin <= end).all() and (out < into).all()
 
-
-def test_rows_that_share_a_hash_are_still_told_apart() -> None:
-    """_equal_rows groups equal rows by a hash it checks: two rows made to collide (their
-    second row's words moved by amounts whose products with the multipliers cancel) stay in
-    groups of their own, as do the equal and the different rows beside them."""
-    mix = _mix(2)
-    base = np.array([[5, 7], [5, 7], [1, 2]], np.uint64)
-    moved = np.zeros((1, 2), np.uint64)
-    moved[:, 0] = mix[1]
-    moved[:, 1] -= mix[0]  # wraps, as the hash does
-    colliding = base[:1] + moved
-    rows = np.concatenate([base, colliding, base[2:]]).view(np.uint8)
-    assert (rows[:1].view(np.uint64) @ mix) == (rows[3:4].view(np.uint64) @ mix)
-    first, group = _equal_rows(rows)
-    assert group.tolist()[:2] == [group[0]] * 2 and len(set(group.tolist())) == 3
-    assert group[3] != group[0] and group[4] == group[2]
-    assert sorted(first.tolist()) == [0, 2, 3]
