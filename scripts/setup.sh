@@ -55,8 +55,8 @@ if [ ! -x .venv/bin/python ]; then
     log "creating .venv"
     /usr/bin/python3 -m venv .venv
 fi
-# The install also builds the trace encoder's renderer, encode/render.c as encode/_render.so
-# (scripts/hatch_build.py; numpy renders the same bytes where it is absent).
+# The install also builds the package's C sources beside them (encode/render.c, model/passes.c:
+# scripts/hatch_build.py; numpy computes the same where they are absent).
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"

@@ -1,17 +1,17 @@
-"""The compiled renderer, where the install built it (scripts/hatch_build.py): render.c as
-_render.so beside this file, called through ctypes over numpy buffers (no Python C API, nothing
-more to install). Where it is absent (not built, no C compiler) numpy renders the same bytes
-(encode/perfetto.py, wire.py)."""
+"""The compiled renderer, where the install built it (profinfer_perfetto/compiled.py): render.c
+as _render.so beside this file. Where it is absent (not built, no C compiler) numpy renders the
+same bytes (encode/perfetto.py, wire.py)."""
 
 from __future__ import annotations
 
 import ctypes
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_render.so")
 """Where the install builds render.c."""
@@ -222,14 +222,9 @@ def _steps(values: np.ndarray) -> tuple[np.ndarray, int]:
 
 def load(path: Path = LIBRARY) -> Renderer | None:
     """The renderer built at `path`, or None where there is none, it does not load or it was
-    built from another version of render.c."""
-    if sys.byteorder != "little":  # render.c copies doubles as they lie in memory
-        return None
-    try:
-        library = ctypes.CDLL(str(path))
-        return Renderer(library) if library.render_abi() == ABI else None
-    except (OSError, AttributeError):
-        return None
+    built from another version of render.c (compiled.load)."""
+    library = compiled.load(path, "render_abi", ABI)
+    return None if library is None else Renderer(library)
 
 
 RENDERER = load()

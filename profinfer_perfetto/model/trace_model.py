@@ -36,6 +36,7 @@ from profinfer_perfetto.capture.events import (
     TokenEntry,
 )
 from profinfer_perfetto.capture.run import Recording, Run, Scheduling
+from profinfer_perfetto.model import native
 from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vulkan_ops
 from profinfer_perfetto.model.lookup import Latest, by_tensor, last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
@@ -341,12 +342,8 @@ def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np
     the same graph or, where a token step's graph was cut into splits (`split_step`: each
     graph's step, -1 where it was not), in an earlier split of the step; and the edges into
     split inputs the scheduler copied (`copies`, _copy_edges)."""
-    raw, n = nodes.raw, len(nodes)
-    storage = np.where(raw["view_src"] != 0, raw["view_src"], raw["ptr"])
-    src_ptr, src_view = raw["src"]["ptr"], raw["src"]["view_src"]
-    reader, slot = np.nonzero(src_ptr)
-    read = np.where(src_view[reader, slot] != 0, src_view[reader, slot], src_ptr[reader, slot])
-    producer = latest(storage, np.arange(n), read, reader, before=True)
+    n = len(nodes)
+    reader, slot, producer = _producers(nodes.raw)
     found = producer >= 0
     graph_of = nodes.graph[producer[found]], nodes.graph[reader[found]]
     step_of = split_step[graph_of[0]]
@@ -361,6 +358,20 @@ def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np
     source, target = op_of[pairs[:, 0]], op_of[pairs[:, 1]]
     keys = np.unique((source * n + target)[source != target])
     return np.stack([keys // n, keys % n], 1).astype(np.int64).reshape(-1, 2)
+
+
+def _producers(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each source of the nodes (NODE records, in graph order) as (reader, slot), in that order,
+    with its producer: the last earlier node that wrote the storage it reads (a view's source,
+    else the tensor), -1 for none. By passes.c where the install built it (model/native.py),
+    else by numpy: the same."""
+    if native.PASSES is not None:
+        return native.PASSES.last_writers(raw)
+    storage = np.where(raw["view_src"] != 0, raw["view_src"], raw["ptr"])
+    src_ptr, src_view = raw["src"]["ptr"], raw["src"]["view_src"]
+    reader, slot = np.nonzero(src_ptr)
+    read = np.where(src_view[reader, slot] != 0, src_view[reader, slot], src_ptr[reader, slot])
+    return reader, slot, latest(storage, np.arange(len(raw)), read, reader, before=True)
 
 
 def _split_steps(graphs: Spans, tokens: Spans) -> np.ndarray:

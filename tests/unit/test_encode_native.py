@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import subprocess
-import sys
-import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +24,12 @@ from profinfer_perfetto.model.trace_model import build
 from tests import synthetic
 
 SOURCE = Path(native.__file__).with_name("render.c")
-ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
-def renderer(tmp_path_factory: pytest.TempPathFactory) -> native.Renderer:
-    """render.c as the package's wheel carries it (built by scripts/hatch_build.py): a wheel
-    for this platform, no longer a pure-Python one."""
-    folder = tmp_path_factory.mktemp("native")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(folder), str(ROOT)], check=True)
-    (wheel,) = folder.glob("*.whl")
-    assert not wheel.name.endswith("-none-any.whl"), wheel.name
-    library = folder / "_render.so"
-    with zipfile.ZipFile(wheel) as built:
-        library.write_bytes(built.read("profinfer_perfetto/encode/_render.so"))
-    loaded = native.load(library)
+def renderer(wheel_library: Callable[[str], Path]) -> native.Renderer:
+    """render.c as the package's wheel carries it (built by scripts/hatch_build.py)."""
+    loaded = native.load(wheel_library("profinfer_perfetto/encode/_render.so"))
     assert loaded is not None
     return loaded
 

@@ -1,0 +1,73 @@
+"""The model's compiled passes, where the install built them (profinfer_perfetto/compiled.py):
+passes.c as _passes.so beside this file. Where it is absent, the model computes the same with
+numpy (each caller keeps its numpy twin; tests/unit/test_model_native.py holds them equal)."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+from profinfer_perfetto import compiled
+
+LIBRARY = Path(__file__).with_name("_passes.so")
+"""Where the install builds passes.c."""
+ABI = 1
+"""passes.c's passes_abi(): the functions and arguments this module calls."""
+
+_INT64 = ctypes.c_int64
+_POINTER = ctypes.c_void_p
+
+
+class _NodeFields(ctypes.Structure):
+    """passes.c's struct node_fields: where a NODE record's fields lie in it, in bytes."""
+
+    _fields_ = [(name, _INT64) for name in ("size", "ptr", "view_src", "src", "src_size",
+                                             "slots", "src_ptr", "src_view")]
+
+
+def _node_fields(dtype: np.dtype) -> _NodeFields:
+    fields = dtype.fields
+    assert fields is not None
+    src = fields["src"][0]
+    assert src.subdtype is not None and src.subdtype[0].fields is not None
+    source, (slots,) = src.subdtype
+    assert source.fields is not None
+    return _NodeFields(dtype.itemsize, fields["ptr"][1], fields["view_src"][1], fields["src"][1],
+                       source.itemsize, slots, source.fields["ptr"][1],
+                       source.fields["view_src"][1])
+
+
+class Passes:
+    """passes.c's functions, loaded from a built library."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._last_writers = library.last_writers
+        self._last_writers.argtypes = [_POINTER, _INT64, ctypes.POINTER(_NodeFields), _POINTER,
+                                       _POINTER, _POINTER]
+        self._last_writers.restype = _INT64
+
+    def last_writers(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each source of the nodes (NODE records, in graph order) as (reader, slot), with its
+        producer: the last earlier node that wrote the storage it reads (-1: none)."""
+        nodes = np.ascontiguousarray(nodes)
+        fields = _node_fields(nodes.dtype)
+        out = [np.empty(len(nodes) * fields.slots, np.int64) for _ in range(3)]
+        found = self._last_writers(nodes.ctypes.data, len(nodes), ctypes.byref(fields),
+                                   *(o.ctypes.data for o in out))
+        if found < 0:
+            raise MemoryError("passes.c: last_writers")
+        reader, slot, producer = (o[:found] for o in out)
+        return reader, slot, producer
+
+
+def load(path: Path = LIBRARY) -> Passes | None:
+    """The passes built at `path`, or None where there is none, it does not load or it was
+    built from another version of passes.c (compiled.load)."""
+    library = compiled.load(path, "passes_abi", ABI)
+    return None if library is None else Passes(library)
+
+
+PASSES = load()
+"""The compiled passes of this install, if it has them."""

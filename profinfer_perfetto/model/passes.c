@@ -1,0 +1,65 @@
+/* The model's passes in C where numpy's take many (model/native.py loads this as _passes.so,
+   which the install builds: scripts/hatch_build.py). Each has a numpy twin in the model that
+   gives the same result where the library is absent, and a test holds them equal. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t passes_abi(void) { return 1; }
+
+/* Where a record's fields lie: NODE records (capture/events.py) back to back. */
+struct node_fields {
+    int64_t size, ptr, view_src, src, src_size, slots, src_ptr, src_view;
+};
+
+static uint64_t field(const uint8_t *record, int64_t at) {
+    uint64_t value;
+    memcpy(&value, record + at, sizeof value);
+    return value;
+}
+
+static uint64_t slot_of(uint64_t key, uint64_t mask) {
+    return (key * 0x9E3779B97F4A7C15ull) >> 17 & mask;
+}
+
+/* The producer of each source of n nodes (in graph order): for each node i and each source
+   slot s whose tensor address is not 0, in that order, the last node j < i whose storage (its
+   view's source, else its own address) is what the source reads (its view's source, else its
+   address), -1 where no earlier node wrote it: reader[k] = i, slot[k] = s, producer[k] = j.
+   Returns k, the sources found; -1 where memory ran out. */
+int64_t last_writers(const uint8_t *nodes, int64_t n, const struct node_fields *f,
+                     int64_t *reader, int64_t *slot, int64_t *producer) {
+    int64_t size = 16, found = 0;
+    while (size < 2 * n) size <<= 1;
+    uint64_t *keys = malloc(size * sizeof *keys);
+    int64_t *last = malloc(size * sizeof *last);
+    if (keys == NULL || last == NULL) {
+        free(keys);
+        free(last);
+        return -1;
+    }
+    for (int64_t k = 0; k < size; k++) last[k] = -1;
+    uint64_t mask = (uint64_t)size - 1;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *node = nodes + i * f->size;
+        for (int64_t s = 0; s < f->slots; s++) {
+            const uint8_t *src = node + f->src + s * f->src_size;
+            uint64_t ptr = field(src, f->src_ptr), view = field(src, f->src_view);
+            if (ptr == 0) continue;
+            uint64_t read = view != 0 ? view : ptr, k = slot_of(read, mask);
+            while (last[k] >= 0 && keys[k] != read) k = (k + 1) & mask;
+            reader[found] = i;
+            slot[found] = s;
+            producer[found++] = last[k];
+        }
+        uint64_t view = field(node, f->view_src), storage = view != 0 ? view : field(node, f->ptr);
+        uint64_t k = slot_of(storage, mask);
+        while (last[k] >= 0 && keys[k] != storage) k = (k + 1) & mask;
+        keys[k] = storage;
+        last[k] = i;
+    }
+    free(keys);
+    free(last);
+    return found;
+}
