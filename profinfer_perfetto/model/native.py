@@ -13,7 +13,7 @@ from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_passes.so")
 """Where the install builds passes.c."""
-ABI = 1
+ABI = 2
 """passes.c's passes_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
@@ -47,6 +47,10 @@ class Passes:
         self._last_writers.argtypes = [_POINTER, _INT64, ctypes.POINTER(_NodeFields), _POINTER,
                                        _POINTER, _POINTER]
         self._last_writers.restype = _INT64
+        self._node_index = library.node_index
+        self._node_index.argtypes = [_INT64, _POINTER, _POINTER, _INT64, _POINTER, _POINTER,
+                                     _POINTER]
+        self._node_index.restype = _INT64
 
     def last_writers(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each source of the nodes (NODE records, in graph order) as (reader, slot), with its
@@ -60,6 +64,21 @@ class Passes:
             raise MemoryError("passes.c: last_writers")
         reader, slot, producer = (o[:found] for o in out)
         return reader, slot, producer
+
+
+    def node_index(self, graph: np.ndarray, ptr: np.ndarray, q_graph: np.ndarray,
+                   q_ptr: np.ndarray) -> np.ndarray:
+        """For each query (a graph, a tensor address), the last node (by index) of that graph
+        with that address (nodes: `graph` and `ptr`), -1 for none."""
+        columns = [np.ascontiguousarray(a, t) for a, t in ((graph, np.int64), (ptr, np.uint64),
+                                                           (q_graph, np.int64),
+                                                           (q_ptr, np.uint64))]
+        found = np.empty(len(q_graph), np.int64)
+        if self._node_index(len(graph), columns[0].ctypes.data, columns[1].ctypes.data,
+                            len(q_graph), columns[2].ctypes.data, columns[3].ctypes.data,
+                            found.ctypes.data) < 0:
+            raise MemoryError("passes.c: node_index")
+        return found
 
 
 def load(path: Path = LIBRARY) -> Passes | None:

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t passes_abi(void) { return 1; }
+int64_t passes_abi(void) { return 2; }
 
 /* Where a record's fields lie: NODE records (capture/events.py) back to back. */
 struct node_fields {
@@ -62,4 +62,31 @@ int64_t last_writers(const uint8_t *nodes, int64_t n, const struct node_fields *
     free(keys);
     free(last);
     return found;
+}
+
+/* For each of m queries (a graph, a tensor address), the last of the n nodes (the highest
+   index) that graph computed into that address, -1 for none: found[k]. Returns 0, or -1 where
+   memory ran out. */
+int64_t node_index(int64_t n, const int64_t *graph, const uint64_t *ptr, int64_t m,
+                   const int64_t *q_graph, const uint64_t *q_ptr, int64_t *found) {
+    int64_t size = 16;
+    while (size < 2 * n) size <<= 1;
+    int64_t *node = malloc(size * sizeof *node);
+    if (node == NULL) return -1;
+    for (int64_t k = 0; k < size; k++) node[k] = -1;
+    uint64_t mask = (uint64_t)size - 1;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = slot_of(ptr[i] ^ (uint64_t)graph[i] * 0xC2B2AE3D27D4EB4Full, mask);
+        while (node[k] >= 0 && (ptr[node[k]] != ptr[i] || graph[node[k]] != graph[i]))
+            k = (k + 1) & mask;
+        node[k] = i;
+    }
+    for (int64_t j = 0; j < m; j++) {
+        uint64_t k = slot_of(q_ptr[j] ^ (uint64_t)q_graph[j] * 0xC2B2AE3D27D4EB4Full, mask);
+        while (node[k] >= 0 && (ptr[node[k]] != q_ptr[j] || graph[node[k]] != q_graph[j]))
+            k = (k + 1) & mask;
+        found[j] = node[k];
+    }
+    free(node);
+    return 0;
 }

@@ -321,19 +321,16 @@ def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx) if len(idx) else idx
 
 
-def _node_lookup(nodes: Nodes, index: Latest, graph: np.ndarray, ptr: np.ndarray
-                 ) -> np.ndarray:
+def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     """Index of the node with this (graph, tensor address), -1 if none was described (the last
-    one where a graph computed a tensor twice); `index`: _by_address of the nodes."""
-    found = index.find(ptr, graph)
+    one where a graph computed a tensor twice). By passes.c where the install built it
+    (model/native.py), else by numpy: the same."""
+    if native.PASSES is not None:
+        return native.PASSES.node_index(nodes.graph, nodes.raw["ptr"], graph, ptr)
+    found = Latest(nodes.raw["ptr"], nodes.graph).find(ptr, graph)
     same = found >= 0
     same[same] = nodes.graph[found[same]] == graph[same]
     return np.where(same, found, -1)
-
-
-def _by_address(nodes: Nodes) -> Latest:
-    """Nodes by tensor address and graph, for _node_lookup."""
-    return Latest(nodes.raw["ptr"], nodes.graph)
 
 
 def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np.ndarray,
@@ -502,10 +499,9 @@ def _device_ops(device: np.ndarray, graphs: Spans, nodes: Nodes) -> Spans | None
         return None
     g = graphs.containing(device["host_ts"].astype(np.uint64))
     device, g = device[g >= 0], g[g >= 0]
-    by_address = _by_address(nodes)
-    node = _node_lookup(nodes, by_address, g, device["node"])
-    fused = np.where(device["fused"] != 0, _node_lookup(nodes, by_address, g, device["fused"]),
-                     -1)
+    both = _node_lookup(nodes, np.concatenate([g, g]),
+                        np.concatenate([device["node"], device["fused"]]))
+    node, fused = both[:len(g)], np.where(device["fused"] != 0, both[len(g):], -1)
     known = node >= 0
     return Spans(tid=device["tid"][known], begin=device["begin"][known],
                  end=device["end"][known], arg0=node[known], arg1=fused[known],
@@ -578,7 +574,7 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
     has_barrier = last_barrier >= 0
     after = take(work, np.where(has_barrier, last_barrier, begin_rows))
     delta = _counter_deltas(b, after, has_barrier, counters)
-    both = _node_lookup(nodes, _by_address(nodes), np.concatenate([g, g]),
+    both = _node_lookup(nodes, np.concatenate([g, g]),
                         np.concatenate([b["arg0"], b["arg1"]]))
     node, fused = both[:len(b)], np.where(b["arg1"] != 0, both[len(b):], -1)
     traced = b["kind"] == Kind.OP_BEGIN

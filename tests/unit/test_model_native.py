@@ -11,7 +11,7 @@ import pytest
 
 from profinfer_perfetto.capture.events import NODE
 from profinfer_perfetto.model import native, trace_model
-from profinfer_perfetto.model.trace_model import build
+from profinfer_perfetto.model.trace_model import Nodes, build
 from tests import synthetic
 
 
@@ -53,14 +53,42 @@ def test_both_find_the_same_producers(passes: native.Passes, seed: int,
         assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_both_find_the_same_nodes(passes: native.Passes, seed: int,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graphs that compute a tensor twice (the last node counts), queries of graphs and
+    addresses with no node."""
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(0, 200)), int(rng.integers(0, 400))
+    nodes = _nodes(seed, n)
+    graph = np.sort(rng.integers(0, 6, n))
+    model_nodes = Nodes(graph=graph, index=np.zeros(n, np.int64), raw=nodes,
+                        described_at=nodes["ts"], names=[""] * n, layer=np.zeros(n, np.int64))
+    q_graph = rng.integers(-1, 8, m)
+    q_ptr = rng.choice(np.append(nodes["ptr"], np.uint64(7)), m)  # 7: no node's
+    monkeypatch.setattr(native, "PASSES", None)
+    by_numpy = trace_model._node_lookup(model_nodes, q_graph, q_ptr)
+    assert np.array_equal(passes.node_index(graph, nodes["ptr"], q_graph, q_ptr), by_numpy)
+
+
 def test_both_give_the_same_model(passes: native.Passes, monkeypatch: pytest.MonkeyPatch
                                   ) -> None:
-    recordings = [synthetic.recording(), synthetic.decode_run(3, steps=12)]
+    """Edges, ops and a Vulkan split's device times (their nodes looked up alike)."""
+    recordings = [synthetic.recording(), synthetic.decode_run(3, steps=12),
+                  synthetic.timed_step()]
     monkeypatch.setattr(native, "PASSES", None)
-    by_numpy = [build(r).edges for r in recordings]
+    by_numpy = [build(r) for r in recordings]
     monkeypatch.setattr(native, "PASSES", passes)
-    for recording, edges in zip(recordings, by_numpy, strict=True):
-        assert len(edges) and np.array_equal(build(recording).edges, edges)
+    for recording, expected in zip(recordings, by_numpy, strict=True):
+        model = build(recording)
+        assert len(model.edges) and np.array_equal(model.edges, expected.edges)
+        assert vars(model.ops).keys() == vars(expected.ops).keys()
+        for name, values in vars(model.ops).items():
+            assert np.array_equal(values, getattr(expected.ops, name)), name
+        assert (model.device_ops is None) == (expected.device_ops is None)
+        if model.device_ops is not None and expected.device_ops is not None:
+            assert np.array_equal(model.device_ops.arg0, expected.device_ops.arg0)
+            assert np.array_equal(model.device_ops.arg1, expected.device_ops.arg1)
 
 
 def test_a_missing_library_leaves_numpy_to_model(tmp_path: Path) -> None:
