@@ -21,7 +21,7 @@ LIBRARIES = {"profinfer_perfetto/encode/_render.so": "profinfer_perfetto/encode/
 """Each library the install builds, from its source."""
 
 
-class RendererHook(BuildHookInterface):  # type: ignore[type-arg]
+class LibrariesHook(BuildHookInterface):  # type: ignore[type-arg]
     folder: str | None = None
     """Where a wheel's libraries are built, until the wheel holds them."""
 

@@ -29,10 +29,8 @@ class _NodeFields(ctypes.Structure):
 
 def _node_fields(dtype: np.dtype) -> _NodeFields:
     fields = dtype.fields
-    assert fields is not None
-    src = fields["src"][0]
-    assert src.subdtype is not None and src.subdtype[0].fields is not None
-    source, (slots,) = src.subdtype
+    assert fields is not None and fields["src"][0].subdtype is not None
+    source, (slots,) = fields["src"][0].subdtype
     assert source.fields is not None
     return _NodeFields(dtype.itemsize, fields["ptr"][1], fields["view_src"][1], fields["src"][1],
                        source.itemsize, slots, source.fields["ptr"][1],
@@ -64,7 +62,6 @@ class Passes:
             raise MemoryError("passes.c: last_writers")
         reader, slot, producer = (o[:found] for o in out)
         return reader, slot, producer
-
 
     def node_index(self, graph: np.ndarray, ptr: np.ndarray, q_graph: np.ndarray,
                    q_ptr: np.ndarray) -> np.ndarray:
