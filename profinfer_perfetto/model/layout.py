@@ -55,7 +55,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.records import copied, whole
+from profinfer_perfetto.model.records import copied, sorted_unique, whole
 from profinfer_perfetto.model.trace_model import (
     Ops,
     Routing,
@@ -432,9 +432,9 @@ class _LayoutBuilder:
         ], np.int64)
         # (thread, graph) pairs, by thread then graph: the calling thread's and the ops'.
         count = max(len(gr), 1)
-        shown = np.unique(np.concatenate([gr.tid.astype(np.int64) * count + np.arange(len(gr)),
-                                          model.ops.tid.astype(np.int64) * count
-                                          + model.ops.graph]))
+        shown = sorted_unique(np.concatenate([
+            gr.tid.astype(np.int64) * count + np.arange(len(gr)),
+            model.ops.tid.astype(np.int64) * count + model.ops.graph]))
         tid, graph = shown // count, shown % count
         depth = np.isin(tid, model.tokens.tid).astype(np.int64)
         name = np.array([self.strings(graph_slice(b)) for b in backends], np.int64)
@@ -700,7 +700,7 @@ class _LayoutBuilder:
         values = np.zeros(shape, np.int64)
         deltas = np.full(shape, -1, np.int64)
         deltas[rank[op_begin]] = np.where(ops.counter_delta > 0, ops.counter_delta, -1)
-        for tid in np.unique(ops.tid).tolist():
+        for tid in sorted_unique(ops.tid).tolist():
             sel = np.flatnonzero(ops.tid == tid)
             for c, counter in enumerate(model.run.counters):
                 track = self.track(Track((2 << 32) | (tid << 4) | c, TrackKind.COUNTER,

@@ -1,4 +1,5 @@
-"""Structured records (capture/events.py's dtypes) copied whole.
+"""Structured records (capture/events.py's dtypes) copied whole, and the distinct values of
+keys.
 
 numpy indexes, concatenates and copies a structured array item by item, field by field (ten
 to thirty times slower than copying its bytes); the records have no holes, so the model copies
@@ -32,3 +33,14 @@ def concat(parts: list[np.ndarray]) -> np.ndarray:
 def copied(records: np.ndarray) -> np.ndarray:
     """A copy of the records."""
     return whole(records).copy().view(records.dtype)
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) of a 1-D array, by sorting it: numpy's own (since 2.3) hashes, which
+    took eight times as long on the model's int64 keys (2026-12-02, numpy 2.4: 15 k keys with a
+    third repeated, 2.0 ms against 0.23)."""
+    ordered = np.sort(values)
+    new = np.ones(len(ordered), bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    kept: np.ndarray = ordered[new]
+    return kept

@@ -41,7 +41,7 @@ from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vul
 from profinfer_perfetto.model.lookup import Latest, by_tensor, last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, with_op_begins
-from profinfer_perfetto.model.records import take
+from profinfer_perfetto.model.records import sorted_unique, take
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
@@ -353,7 +353,7 @@ def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np
     op_of = np.arange(n)
     op_of[fused_second[fused_second >= 0]] = np.flatnonzero(fused_second >= 0)
     source, target = op_of[pairs[:, 0]], op_of[pairs[:, 1]]
-    keys = np.unique((source * n + target)[source != target])
+    keys = sorted_unique((source * n + target)[source != target])
     return np.stack([keys // n, keys % n], 1).astype(np.int64).reshape(-1, 2)
 
 
