@@ -55,7 +55,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.records import copied, sorted_unique, whole
+from profinfer_perfetto.model.records import copied, sorted_unique, threads_of, whole
 from profinfer_perfetto.model.trace_model import (
     Ops,
     Routing,
@@ -467,7 +467,7 @@ class _LayoutBuilder:
         desc = np.where(_described(ops), args[which], -1)
         if model.sched is not None:
             arg = self._with_cpu(arg, ops.cpu)
-        tids, of_op = np.unique(ops.tid, return_inverse=True)
+        tids, of_op = threads_of(ops.tid)
         track = np.array([thread[t] for t in tids.tolist()], np.int64)[of_op.reshape(-1)]
         depth = np.where(caller, 2, 1)
         begin_rows = np.empty(len(ops), np.int64)

@@ -44,3 +44,11 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     new[1:] = ordered[1:] != ordered[:-1]
     kept: np.ndarray = ordered[new]
     return kept
+
+
+def threads_of(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(tids, return_inverse=True) of thread ids (a few distinct values among many):
+    the threads, and each item's thread among them; numpy's sort of its argsort took seven times
+    as long on 25 k ops of 2 threads (2026-12-02: 1.9 ms against 0.28)."""
+    threads = sorted_unique(tids)
+    return threads, np.searchsorted(threads, tids)

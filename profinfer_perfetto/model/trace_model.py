@@ -41,7 +41,7 @@ from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vul
 from profinfer_perfetto.model.lookup import Latest, by_tensor, last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, with_op_begins
-from profinfer_perfetto.model.records import sorted_unique, take
+from profinfer_perfetto.model.records import sorted_unique, take, threads_of
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
@@ -235,7 +235,7 @@ class TraceModel:
         """Where the next chunk continues from."""
         c = self.cont
         totals = dict(c.counter_totals)
-        tids, which = np.unique(self.ops.tid, return_inverse=True)
+        tids, which = threads_of(self.ops.tid)
         for counter in range(len(self.run.counters)):
             delta = np.maximum(self.ops.counter_delta[:, counter], 0)
             sums = np.bincount(which.reshape(-1), weights=delta, minlength=len(tids))
