@@ -245,6 +245,18 @@ def _distinct(columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     return order[new], which
 
 
+def _equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of bytes (a 2-D uint8 array) that are equal: the first row of each distinct one, in
+    row order, and each row's among them. By a dictionary of their bytes: a lexsort of their
+    64-bit words (123 for a content key of 984 bytes) took 1.7 times as long (2026-12-02: 256 ms
+    against 155 for the 190 k content keys of 30 s of a llama-server's records)."""
+    index: dict[bytes, int] = {}
+    of_row = np.array([index.setdefault(bytes(row), len(index)) for row in rows], np.int64)
+    first = np.zeros(len(index), np.int64)
+    first[of_row[::-1]] = np.arange(len(rows))[::-1]  # the earliest row of each wins
+    return first, of_row
+
+
 class _Rows:
     """Trace event rows gathered by kind; `ordered` sorts them once, as they must be written."""
 
@@ -530,13 +542,10 @@ class _LayoutBuilder:
                                   nodes.layer[node], np.where(has, nodes.layer[second], -1)))
         by_use = np.argsort(first)  # the nodes' descriptors, in order of first use
         keys = self._content_keys(node[first[by_use]], fused[first[by_use]])
-        content, of_key = _distinct(tuple(keys.view(np.uint64).T))
-        in_use = np.argsort(content)
+        content, of_key = _equal_rows(keys)
         found = [self._described(keys[k].tobytes(), int(node[i]), int(fused[i]))
-                 for k, i in zip(content[in_use].tolist(), first[by_use][content[in_use]].tolist(),
-                                 strict=True)]
-        ids = np.empty((len(content), 2), np.int64)
-        ids[in_use] = np.array(found, np.int64).reshape(-1, 2)
+                 for k, i in zip(content.tolist(), first[by_use][content].tolist(), strict=True)]
+        ids = np.array(found, np.int64).reshape(-1, 2)
         of_descriptor = np.empty((len(first), 2), np.int64)
         of_descriptor[by_use] = ids[of_key]
         of_row: np.ndarray = of_descriptor[which]
