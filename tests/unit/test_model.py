@@ -10,6 +10,7 @@ import pytest
 from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Backend, Kind
 from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.layout import build_layout
+from profinfer_perfetto.model.records import sorted_unique, threads_of
 from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
 from profinfer_perfetto.model.work import op_work
 from tests import synthetic
@@ -150,3 +151,14 @@ def test_a_flow_id_comes_back_only_after_its_flow_ended() -> None:
         assert (begin[same][1:] > end[same][:-1]).all(), flow_id
     assert (begin <= end).all() and (out < into).all()
 
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_distinct_values_are_numpy_s(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for values in (rng.integers(-5, 2**40, 500), rng.integers(100, 103, 300).astype(np.uint32),
+                   np.zeros(0, np.int64)):
+        assert np.array_equal(sorted_unique(values), np.unique(values))
+        threads, which = threads_of(values)
+        expected, inverse = np.unique(values, return_inverse=True)
+        assert np.array_equal(threads, expected) and np.array_equal(which, inverse)
