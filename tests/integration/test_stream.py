@@ -157,9 +157,11 @@ def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
 
 def test_rotation_keeps_the_newest_whole_files(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "run.pftrace"
-    # tokens enough for more than three files of 1 MiB, however fast the machine
+    # tokens enough for more than three files of 1 MiB, however fast the machine: about 1.4 KB
+    # of trace per token (2026-12-02: 1,500 tokens made 2.1 MB, two files, and the test failed
+    # where no chunk crossed a third; 3,000 made four)
     result = cli("record", "-o", out, "--max-size", "1M", "--rotate", "2",
-                 "--", *generation("tiny-llama", 1500))
+                 "--", *generation("tiny-llama", 4000))
     assert result.returncode == 0, result.stderr
     files = sorted(tmp_path.glob("run.*.pftrace"))
     assert len(files) == 2 and not list(tmp_path.glob("*.part"))
