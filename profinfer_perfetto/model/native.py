@@ -13,7 +13,7 @@ from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_passes.so")
 """Where the install builds passes.c."""
-ABI = 2
+ABI = 3
 """passes.c's passes_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
@@ -49,6 +49,9 @@ class Passes:
         self._node_index.argtypes = [_INT64, _POINTER, _POINTER, _INT64, _POINTER, _POINTER,
                                      _POINTER]
         self._node_index.restype = _INT64
+        self._op_spans = library.op_spans
+        self._op_spans.argtypes = [_INT64, *[_POINTER] * 9]
+        self._op_spans.restype = _INT64
 
     def last_writers(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each source of the nodes (NODE records, in graph order) as (reader, slot), with its
@@ -76,6 +79,22 @@ class Passes:
                             found.ctypes.data) < 0:
             raise MemoryError("passes.c: node_index")
         return found
+
+
+    def op_spans(self, tid: np.ndarray, ts: np.ndarray, begins: np.ndarray, graph: np.ndarray,
+                 graph_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per op begin among work rows (op begins where `begins`, else barriers; by thread and
+        time, each in its `graph`): its row, its last barrier's row (-1: none), its end and the
+        end of its work (trace_model._op_rows and _op_ends)."""
+        columns = [np.ascontiguousarray(a, t) for a, t in ((tid, np.uint32), (ts, np.uint64),
+                                                           (begins, np.uint8), (graph, np.int64),
+                                                           (graph_end, np.uint64))]
+        n = int(np.count_nonzero(begins))
+        row, last_barrier = np.empty(n, np.int64), np.empty(n, np.int64)
+        end, work_end = np.empty(n, np.uint64), np.empty(n, np.uint64)
+        self._op_spans(len(tid), *(c.ctypes.data for c in columns),
+                       *(o.ctypes.data for o in (row, last_barrier, end, work_end)))
+        return row, last_barrier, end, work_end
 
 
 def load(path: Path = LIBRARY) -> Passes | None:

@@ -25,7 +25,7 @@ import numpy as np
 from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model.lookup import Latest, last_descriptor, latest
-from profinfer_perfetto.model.records import concat, copied, take
+from profinfer_perfetto.model.records import copied, sorted_unique, take, whole
 
 FUSED_OPS = ("RMS_NORM", "MUL")
 """The node pair ggml's CPU backend fuses (ggml_compute_forward_rms_norm_mul_fused): one call,
@@ -63,8 +63,27 @@ def with_op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.nda
     begins["arg1"] = np.where(fused, arrival["arg0"], 0)
     begins["ith"], begins["aux"] = ith, nth
     begins["counter"] = np.uint64(COUNTER_UNREAD)
-    merged = concat([events, begins])
-    return take(merged, np.lexsort((np.arange(len(merged)), merged["ts"], merged["tid"])))
+    return _merged(events, take(begins, np.lexsort((begins["ts"], begins["tid"]))))
+
+
+def _merged(events: np.ndarray, begins: np.ndarray) -> np.ndarray:
+    """Two record arrays sorted by thread, then time, as one so sorted, each begin after the
+    events of its thread at its time: a merge, not a sort of both (a third of the derivation's
+    time, 2026-12-02)."""
+    at = np.empty(len(begins), np.int64)
+    threads = sorted_unique(begins["tid"])
+    lo, hi = (np.searchsorted(events["tid"], threads, side) for side in ("left", "right"))
+    first = np.searchsorted(begins["tid"], threads)
+    last = np.append(first[1:], len(begins))
+    for t in range(len(threads)):
+        ts = events["ts"][lo[t]:hi[t]]
+        at[first[t]:last[t]] = lo[t] + np.searchsorted(ts, begins["ts"][first[t]:last[t]],
+                                                       "right")
+    merged = np.empty(len(events) + len(begins), whole(events).dtype)
+    is_begin = np.zeros(len(merged), bool)
+    is_begin[at + np.arange(len(begins))] = True
+    merged[is_begin], merged[~is_begin] = whole(begins), whole(events)
+    return merged.view(events.dtype)
 
 
 def _arrivals(barriers: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t passes_abi(void) { return 2; }
+int64_t passes_abi(void) { return 3; }
 
 /* Where a record's fields lie: NODE records (capture/events.py) back to back. */
 struct node_fields {
@@ -89,4 +89,33 @@ int64_t node_index(int64_t n, const int64_t *graph, const uint64_t *ptr, int64_t
     }
     free(node);
     return 0;
+}
+
+/* Ops from n work rows (op begins and barriers, by thread and time; `graph`: each one's graph,
+   `graph_end`: each graph's end): per op begin k, in row order, its row, the row of its
+   thread's last barrier in its graph before its thread's next op (-1: none), its end (the
+   thread's next op begin in the graph, or the graph's end, at most the graph's end) and the
+   end of its work (that barrier, else its end, at most its end). Returns the ops. */
+int64_t op_spans(int64_t n, const uint32_t *tid, const uint64_t *ts, const uint8_t *begins,
+                 const int64_t *graph, const uint64_t *graph_end, int64_t *row,
+                 int64_t *last_barrier, uint64_t *end, uint64_t *work_end) {
+    int64_t ops = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (begins[r]) {
+            row[ops] = r;
+            last_barrier[ops++] = -1;
+        } else if (ops > 0 && tid[r] == tid[row[ops - 1]] && graph[r] == graph[row[ops - 1]]) {
+            last_barrier[ops - 1] = r;
+        }
+    }
+    for (int64_t k = 0; k < ops; k++) {
+        int64_t r = row[k], next = k + 1 < ops ? row[k + 1] : -1;
+        uint64_t limit = graph_end[graph[r]], e = limit;
+        if (next >= 0 && tid[next] == tid[r] && graph[next] == graph[r] && ts[next] < limit)
+            e = ts[next];
+        uint64_t w = last_barrier[k] >= 0 ? ts[last_barrier[k]] : e;
+        end[k] = e;
+        work_end[k] = w < e ? w : e;
+    }
+    return ops;
 }

@@ -568,9 +568,8 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
     work_graph = graphs.containing(work["ts"])
     dropped = int(np.count_nonzero((work_graph < 0) & (work["kind"] == Kind.OP_BEGIN)))
     work, work_graph = take(work, work_graph >= 0), work_graph[work_graph >= 0]
-    begin_rows, last_barrier = _op_rows(work, work_graph)
+    begin_rows, last_barrier, end, work_end = _op_spans(work, work_graph, graphs.end)
     b, g = take(work, begin_rows), work_graph[begin_rows]
-    end, work_end = _op_ends(work, work_graph, begin_rows, last_barrier, graphs.end[g])
     has_barrier = last_barrier >= 0
     after = take(work, np.where(has_barrier, last_barrier, begin_rows))
     delta = _counter_deltas(b, after, has_barrier, counters)
@@ -594,6 +593,20 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
     op_order = np.lexsort((ops.begin, ops.tid))
     ops = Ops(**{k: v[op_order] for k, v in vars(ops).items()})
     return ops, dropped + int(np.count_nonzero(~known & traced))
+
+
+def _op_spans(work: np.ndarray, work_graph: np.ndarray, graph_end: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of `work` (op begins and barriers, by thread and time) that begin ops, the row
+    of each op's last barrier on its thread in its graph (-1: none), its end and the end of its
+    work. By passes.c where the install built it (model/native.py), else by numpy: the same."""
+    begins = work["kind"] != Kind.BARRIER
+    if native.PASSES is not None:
+        return native.PASSES.op_spans(work["tid"], work["ts"], begins, work_graph, graph_end)
+    begin_rows, last_barrier = _op_rows(work, work_graph)
+    end, work_end = _op_ends(work, work_graph, begin_rows, last_barrier,
+                             graph_end[work_graph[begin_rows]])
+    return begin_rows, last_barrier, end, work_end
 
 
 def _op_rows(work: np.ndarray, work_graph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.events import NODE
+from profinfer_perfetto.capture.events import NODE, Kind, event_dtype
 from profinfer_perfetto.model import native, trace_model
 from profinfer_perfetto.model.trace_model import Nodes, build
 from tests import synthetic
@@ -69,6 +69,28 @@ def test_both_find_the_same_nodes(passes: native.Passes, seed: int,
     monkeypatch.setattr(native, "PASSES", None)
     by_numpy = trace_model._node_lookup(model_nodes, q_graph, q_ptr)
     assert np.array_equal(passes.node_index(graph, nodes["ptr"], q_graph, q_ptr), by_numpy)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_find_the_same_op_spans(passes: native.Passes, seed: int) -> None:
+    """Work rows of a few threads and graphs (graphs that end before a thread's next op, rows
+    before a thread's first op begin, ops with no barrier)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    work = np.zeros(n, event_dtype(0))
+    work["tid"] = rng.integers(1, 4, n)
+    work["ts"] = rng.integers(0, 1_000, n)
+    work = work[np.lexsort((work["ts"], work["tid"]))]
+    work["kind"] = np.where(rng.random(n) < 0.4, Kind.OP_BEGIN, Kind.BARRIER)
+    graph = rng.integers(0, 5, n)
+    graph_end = rng.integers(0, 1_000, 5).astype(np.uint64)
+    rows, last_barrier = trace_model._op_rows(work, graph)
+    by_numpy = (rows, last_barrier,
+                *trace_model._op_ends(work, graph, rows, last_barrier, graph_end[graph[rows]]))
+    compiled = passes.op_spans(work["tid"], work["ts"], work["kind"] != Kind.BARRIER, graph,
+                               graph_end)
+    for a, b in zip(compiled, by_numpy, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 def test_both_give_the_same_model(passes: native.Passes, monkeypatch: pytest.MonkeyPatch
