@@ -13,7 +13,7 @@ from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_passes.so")
 """Where the install builds passes.c."""
-ABI = 3
+ABI = 5
 """passes.c's passes_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
@@ -25,6 +25,12 @@ class _NodeFields(ctypes.Structure):
 
     _fields_ = [(name, _INT64) for name in ("size", "ptr", "view_src", "src", "src_size",
                                              "slots", "src_ptr", "src_view")]
+
+
+class _EventFields(ctypes.Structure):
+    """passes.c's struct event_fields: where an event record's thread and time lie, in bytes."""
+
+    _fields_ = [(name, _INT64) for name in ("size", "tid", "ts")]
 
 
 def _node_fields(dtype: np.dtype) -> _NodeFields:
@@ -52,6 +58,23 @@ class Passes:
         self._op_spans = library.op_spans
         self._op_spans.argtypes = [_INT64, *[_POINTER] * 9]
         self._op_spans.restype = _INT64
+        self._arrivals = library.arrivals
+        self._arrivals.argtypes = [_INT64, *[_POINTER] * 4]
+        self._arrivals.restype = _INT64
+        self._releases = library.releases
+        self._releases.argtypes = [_INT64, *[_POINTER] * 8]
+        self._releases.restype = _INT64
+        self._thread_numbers = library.thread_numbers
+        self._thread_numbers.argtypes = [_INT64, *[_POINTER] * 5]
+        self._thread_numbers.restype = _INT64
+        self._entries = library.entries
+        self._entries.argtypes = [_INT64, _POINTER, _POINTER, _POINTER, _INT64, _POINTER,
+                                  _POINTER, _POINTER]
+        self._entries.restype = _INT64
+        self._merge_events = library.merge_events
+        self._merge_events.argtypes = [_POINTER, _INT64, _POINTER, _INT64,
+                                       ctypes.POINTER(_EventFields), _POINTER]
+        self._merge_events.restype = None
 
     def last_writers(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each source of the nodes (NODE records, in graph order) as (reader, slot), with its
@@ -70,9 +93,8 @@ class Passes:
                    q_ptr: np.ndarray) -> np.ndarray:
         """For each query (a graph, a tensor address), the last node (by index) of that graph
         with that address (nodes: `graph` and `ptr`), -1 for none."""
-        columns = [np.ascontiguousarray(a, t) for a, t in ((graph, np.int64), (ptr, np.uint64),
-                                                           (q_graph, np.int64),
-                                                           (q_ptr, np.uint64))]
+        columns = _columns((graph, np.int64), (ptr, np.uint64), (q_graph, np.int64),
+                           (q_ptr, np.uint64))
         found = np.empty(len(q_graph), np.int64)
         if self._node_index(len(graph), columns[0].ctypes.data, columns[1].ctypes.data,
                             len(q_graph), columns[2].ctypes.data, columns[3].ctypes.data,
@@ -86,15 +108,81 @@ class Passes:
         """Per op begin among work rows (op begins where `begins`, else barriers; by thread and
         time, each in its `graph`): its row, its last barrier's row (-1: none), its end and the
         end of its work (trace_model._op_rows and _op_ends)."""
-        columns = [np.ascontiguousarray(a, t) for a, t in ((tid, np.uint32), (ts, np.uint64),
-                                                           (begins, np.uint8), (graph, np.int64),
-                                                           (graph_end, np.uint64))]
+        columns = _columns((tid, np.uint32), (ts, np.uint64), (begins, np.uint8),
+                           (graph, np.int64), (graph_end, np.uint64))
         n = int(np.count_nonzero(begins))
         row, last_barrier = np.empty(n, np.int64), np.empty(n, np.int64)
         end, work_end = np.empty(n, np.uint64), np.empty(n, np.uint64)
         self._op_spans(len(tid), *(c.ctypes.data for c in columns),
                        *(o.ctypes.data for o in (row, last_barrier, end, work_end)))
         return row, last_barrier, end, work_end
+
+
+    def arrivals(self, graph: np.ndarray, tid: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+        """Of barriers (by thread, then time, each in its graph, naming a node `ptr`), the rows
+        of each thread's last at each node of each graph, in order (one_trap._arrivals)."""
+        g, t, p = _columns((graph, np.int64), (tid, np.uint32), (ptr, np.uint64))
+        rows = np.empty(len(g), np.int64)
+        found = self._arrivals(len(g), g.ctypes.data, t.ctypes.data, p.ctypes.data,
+                               rows.ctypes.data)
+        if found < 0:
+            raise MemoryError("passes.c: arrivals")
+        return rows[:found]
+
+    def releases(self, graph: np.ndarray, ptr: np.ndarray, ts: np.ndarray,
+                 graph_begin: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Arrivals' (graph, node)s: each one's, and per (graph, node) its graph, its node and
+        the release before it (one_trap._releases)."""
+        columns = _columns((graph, np.int64), (ptr, np.uint64), (ts, np.uint64),
+                           (graph_begin, np.uint64))
+        m = len(columns[0])
+        group, group_graph = np.empty(m, np.int64), np.empty(m, np.int64)
+        group_ptr, before = np.empty(m, np.uint64), np.empty(m, np.uint64)
+        found = self._releases(m, *(c.ctypes.data for c in columns),
+                               *(o.ctypes.data for o in (group, group_graph, group_ptr, before)))
+        if found < 0:
+            raise MemoryError("passes.c: releases")
+        return group, group_graph[:found], group_ptr[:found], before[:found]
+
+    def thread_numbers(self, graph: np.ndarray, tid: np.ndarray, graph_tid: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Per arrival, its thread's number in its graph and the graph's threads
+        (one_trap._ith)."""
+        g, t, callers = _columns((graph, np.int64), (tid, np.uint32), (graph_tid, np.uint32))
+        ith, nth = np.empty(len(g), np.int64), np.empty(len(g), np.int64)
+        if self._thread_numbers(len(g), g.ctypes.data, t.ctypes.data, callers.ctypes.data,
+                                ith.ctypes.data, nth.ctypes.data) < 0:
+            raise MemoryError("passes.c: thread_numbers")
+        return ith, nth
+
+    def entries(self, graph: np.ndarray, tid: np.ndarray, ts: np.ndarray, q_graph: np.ndarray,
+                q_tid: np.ndarray) -> np.ndarray:
+        """Per (graph, thread) queried, when the thread last entered the graph loop in the graph
+        (loop entries by thread, then time; 0: none; one_trap._entered)."""
+        g, t, at, qg, qt = _columns((graph, np.int64), (tid, np.uint32), (ts, np.uint64),
+                                    (q_graph, np.int64), (q_tid, np.uint32))
+        found = np.empty(len(qg), np.uint64)
+        if self._entries(len(g), g.ctypes.data, t.ctypes.data, at.ctypes.data, len(qg),
+                         qg.ctypes.data, qt.ctypes.data, found.ctypes.data) < 0:
+            raise MemoryError("passes.c: entries")
+        return found
+
+    def merge_events(self, events: np.ndarray, more: np.ndarray) -> np.ndarray:
+        """Event records and more of them (each by thread, then time) as one array so sorted,
+        each of `more` after the events of its thread at its time (one_trap._merged)."""
+        events, more = np.ascontiguousarray(events), np.ascontiguousarray(more, events.dtype)
+        fields = events.dtype.fields
+        assert fields is not None and fields["tid"][0] == np.uint32 and fields["ts"][0] == np.uint64
+        where = _EventFields(events.dtype.itemsize, fields["tid"][1], fields["ts"][1])
+        merged = np.empty(len(events) + len(more), events.dtype)
+        self._merge_events(events.ctypes.data, len(events), more.ctypes.data, len(more),
+                           ctypes.byref(where), merged.ctypes.data)
+        return merged
+
+
+def _columns(*arrays: tuple[np.ndarray, type]) -> list[np.ndarray]:
+    """Each array contiguous, of its C type."""
+    return [np.ascontiguousarray(a, t) for a, t in arrays]
 
 
 def load(path: Path = LIBRARY) -> Passes | None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
 from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.model import native
 from profinfer_perfetto.model.lookup import Latest, last_descriptor, latest
 from profinfer_perfetto.model.records import copied, sorted_unique, take, whole
 
@@ -69,7 +70,9 @@ def with_op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.nda
 def _merged(events: np.ndarray, begins: np.ndarray) -> np.ndarray:
     """Two record arrays sorted by thread, then time, as one so sorted, each begin after the
     events of its thread at its time: a merge, not a sort of both (a third of the derivation's
-    time, 2026-12-02)."""
+    time, 2026-12-02); by passes.c where the install built it."""
+    if native.PASSES is not None:
+        return native.PASSES.merge_events(events, begins)
     at = np.empty(len(begins), np.int64)
     threads = sorted_unique(begins["tid"])
     lo, hi = (np.searchsorted(events["tid"], threads, side) for side in ("left", "right"))
@@ -87,13 +90,19 @@ def _merged(events: np.ndarray, begins: np.ndarray) -> np.ndarray:
 
 
 def _arrivals(barriers: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each thread's last barrier naming each node of each graph, and its graph."""
-    order = np.lexsort((barriers["ts"], barriers["arg0"], barriers["tid"], g))
-    b, g = take(barriers, order), g[order]
-    last = np.ones(len(b), bool)
-    last[:-1] = ((g[1:] != g[:-1]) | (b["tid"][1:] != b["tid"][:-1])
-                 | (b["arg0"][1:] != b["arg0"][:-1]))
-    return take(b, last), g[last]
+    """Each thread's last barrier naming each node of each graph, and its graph, in the order of
+    `barriers` (by thread, then time). By passes.c where the install built it (model/native.py),
+    else by numpy: the same; as are _releases, _ith and _entered."""
+    if native.PASSES is not None:
+        rows = native.PASSES.arrivals(g, barriers["tid"], barriers["arg0"])
+    else:
+        order = np.lexsort((barriers["ts"], barriers["arg0"], barriers["tid"], g))
+        tid, ptr, sorted_g = barriers["tid"][order], barriers["arg0"][order], g[order]
+        last = np.ones(len(order), bool)
+        last[:-1] = ((sorted_g[1:] != sorted_g[:-1]) | (tid[1:] != tid[:-1])
+                     | (ptr[1:] != ptr[:-1]))
+        rows = np.sort(order[last])
+    return take(barriers, rows), g[rows]
 
 
 def _entered(events: np.ndarray, graph_of: np.ndarray, tid: np.ndarray, g: np.ndarray
@@ -104,6 +113,8 @@ def _entered(events: np.ndarray, graph_of: np.ndarray, tid: np.ndarray, g: np.nd
     if len(loops) == 0:
         return np.zeros(len(g), np.uint64)
     ts = events["ts"][loops]
+    if native.PASSES is not None:
+        return native.PASSES.entries(graph_of[loops], events["tid"][loops], ts, g, tid)
     entry = latest(_thread_in_graph(graph_of[loops], events["tid"][loops]), ts,
                    _thread_in_graph(g, tid), np.full(len(g), np.iinfo(np.int64).max))
     return np.where(entry >= 0, ts[np.maximum(entry, 0)], 0).astype(np.uint64)
@@ -116,20 +127,28 @@ def _thread_in_graph(g: np.ndarray, tid: np.ndarray) -> np.ndarray:
 
 def _releases(arrival: np.ndarray, g: np.ndarray, graph_begin: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The (graph, node) of each arrival, as an index into the (graph, node)s; and per (graph,
-    node): its graph, its tensor and the release of the barrier before it (the graph's begin
-    for its first node), nodes ordered by their barriers' releases."""
+    """The (graph, node) of each arrival, as an index into the (graph, node)s (numbered by their
+    first arrival); and per (graph, node): its graph, its tensor and the release of the barrier
+    before it (the graph's begin for its first node), nodes ordered by their barriers' releases,
+    then by number."""
+    if native.PASSES is not None:
+        group, group_g, group_ptr, before = native.PASSES.releases(g, arrival["arg0"],
+                                                                   arrival["ts"], graph_begin)
+        return group, group_g, group_ptr, before
     order = np.lexsort((arrival["arg0"], g))
     sorted_g, ptr = g[order], arrival["arg0"][order]
     new = np.ones(len(order), bool)
     new[1:] = (sorted_g[1:] != sorted_g[:-1]) | (ptr[1:] != ptr[:-1])
-    group = np.empty(len(order), np.int64)
-    group[order] = np.cumsum(new) - 1
     starts = np.flatnonzero(new)
-    group_g, group_ptr = sorted_g[starts], ptr[starts]
+    by_first = np.argsort(order[starts])  # a (graph, node)'s first row: its first arrival
+    number = np.empty(len(starts), np.int64)
+    number[by_first] = np.arange(len(starts))
+    group = np.empty(len(order), np.int64)
+    group[order] = number[np.cumsum(new) - 1]
+    group_g, group_ptr = sorted_g[starts][by_first], ptr[starts][by_first]
     if len(starts) == 0:
         return group, group_g, group_ptr, np.empty(0, np.uint64)
-    release = np.maximum.reduceat(arrival["ts"][order], starts)
+    release = np.maximum.reduceat(arrival["ts"][order], starts)[by_first]
     by_time = np.lexsort((release, group_g))
     same_graph = np.zeros(len(starts), bool)
     same_graph[1:] = group_g[by_time][1:] == group_g[by_time][:-1]
@@ -168,6 +187,8 @@ def _fused_first(group_g: np.ndarray, group_ptr: np.ndarray, at: np.ndarray,
 def _ith(g: np.ndarray, tid: np.ndarray, graph_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per arrival, its thread's number in its graph (0: the thread that computes the graph, then
     the others by thread id) and the graph's threads seen."""
+    if native.PASSES is not None:
+        return native.PASSES.thread_numbers(g, tid, graph_tid)
     other = tid != graph_tid[g]
     order = np.lexsort((tid, other, g))
     sorted_g, sorted_tid = g[order], tid[order]

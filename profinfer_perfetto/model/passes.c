@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t passes_abi(void) { return 3; }
+int64_t passes_abi(void) { return 5; }
 
 /* Where a record's fields lie: NODE records (capture/events.py) back to back. */
 struct node_fields {
@@ -118,4 +118,208 @@ int64_t op_spans(int64_t n, const uint32_t *tid, const uint64_t *ts, const uint8
         work_end[k] = w < e ? w : e;
     }
     return ops;
+}
+
+/* One trap per op (model/one_trap.py): each thread's arrivals at each node's barrier, the
+   barriers' releases, the threads' numbers and their entries into the graph loop. */
+
+static uint64_t key_of(int64_t graph, uint64_t a, uint64_t b) {
+    return a ^ (uint64_t)graph * 0xC2B2AE3D27D4EB4Full ^ b * 0x165667B19E3779F9ull;
+}
+
+static int64_t *empty_slots(int64_t n, uint64_t *mask) {
+    int64_t size = 16;
+    while (size < 2 * n) size <<= 1;
+    int64_t *slots = malloc(size * sizeof *slots);
+    if (slots != NULL)
+        for (int64_t k = 0; k < size; k++) slots[k] = -1;
+    *mask = (uint64_t)size - 1;
+    return slots;
+}
+
+/* The slot of (graph, a, b) among entries whose fields the arrays hold (slots[k]: an entry's
+   index, -1: free). */
+static uint64_t find(const int64_t *slots, uint64_t mask, const int64_t *graph,
+                     const uint64_t *a, const uint32_t *b, int64_t q_graph, uint64_t q_a,
+                     uint32_t q_b) {
+    uint64_t k = slot_of(key_of(q_graph, q_a, q_b), mask);
+    while (slots[k] >= 0 && (graph[slots[k]] != q_graph || (a != NULL && a[slots[k]] != q_a)
+                             || (b != NULL && b[slots[k]] != q_b)))
+        k = (k + 1) & mask;
+    return k;
+}
+
+/* Of n barriers (by thread, then time; `graph`: each one's, `ptr`: the node it names), the
+   last of each thread at each node of each graph: their rows, in order, in `rows`. Returns
+   how many; -1 where memory ran out. */
+int64_t arrivals(int64_t n, const int64_t *graph, const uint32_t *tid, const uint64_t *ptr,
+                 int64_t *rows) {
+    uint64_t mask;
+    int64_t *slots = empty_slots(n, &mask), found = 0;
+    int64_t *last = malloc((n > 0 ? n : 1) * sizeof *last);
+    if (slots == NULL || last == NULL) {
+        free(slots);
+        free(last);
+        return -1;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        uint64_t k = find(slots, mask, graph, ptr, tid, graph[r], ptr[r], tid[r]);
+        slots[k] = r;  /* the entry's fields are the latest row's: the same values */
+        last[r] = (int64_t)k;
+    }
+    for (int64_t r = 0; r < n; r++)
+        if (slots[last[r]] == r) rows[found++] = r;
+    free(slots);
+    free(last);
+    return found;
+}
+
+struct release { int64_t graph; uint64_t ts; int64_t id; };
+
+static int by_graph_release(const void *a, const void *b) {
+    const struct release *x = a, *y = b;
+    if (x->graph != y->graph) return x->graph < y->graph ? -1 : 1;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The (graph, node)s of m arrivals (`graph`, `ptr`, `ts`), numbered by their first arrival:
+   each arrival's in `group`; per (graph, node), its graph, its node and the release of the
+   barrier before it (the one of the graph's nodes before it by release, then number; the
+   graph's begin for the first), in `group_graph`, `group_ptr`, `before`. Returns how many; -1
+   where memory ran out. */
+int64_t releases(int64_t m, const int64_t *graph, const uint64_t *ptr, const uint64_t *ts,
+                 const uint64_t *graph_begin, int64_t *group, int64_t *group_graph,
+                 uint64_t *group_ptr, uint64_t *before) {
+    uint64_t mask;
+    int64_t *slots = empty_slots(m, &mask), count = 0, sorted = 1;
+    struct release *node = malloc((m > 0 ? m : 1) * sizeof *node);
+    if (slots == NULL || node == NULL) {
+        free(slots);
+        free(node);
+        return -1;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        uint64_t k = find(slots, mask, group_graph, group_ptr, NULL, graph[i], ptr[i], 0);
+        if (slots[k] < 0) {
+            slots[k] = count;
+            group_graph[count] = graph[i];
+            group_ptr[count] = ptr[i];
+            node[count] = (struct release){graph[i], 0, count};
+            count++;
+        }
+        struct release *at = &node[slots[k]];
+        at->ts = ts[i] > at->ts ? ts[i] : at->ts;
+        group[i] = slots[k];
+    }
+    for (int64_t j = 1; j < count && sorted; j++)
+        sorted = by_graph_release(&node[j - 1], &node[j]) < 0;
+    if (!sorted) qsort(node, count, sizeof *node, by_graph_release);
+    for (int64_t j = 0; j < count; j++)
+        before[node[j].id] = j > 0 && node[j - 1].graph == node[j].graph
+                                 ? node[j - 1].ts : graph_begin[node[j].graph];
+    free(slots);
+    free(node);
+    return count;
+}
+
+struct thread { int64_t graph; int64_t other; uint32_t tid; int64_t number; };
+
+static int by_graph_caller_thread(const void *a, const void *b) {
+    const struct thread *x = a, *y = b;
+    if (x->graph != y->graph) return x->graph < y->graph ? -1 : 1;
+    if (x->other != y->other) return x->other < y->other ? -1 : 1;
+    return x->tid < y->tid ? -1 : x->tid > y->tid;
+}
+
+/* Per arrival of m, its thread's number in its graph (0: the graph's calling thread,
+   `graph_tid`; then the others by thread id) in `ith`, and the threads of its graph that
+   arrived in `nth`. Returns 0, or -1 where memory ran out. */
+int64_t thread_numbers(int64_t m, const int64_t *graph, const uint32_t *tid,
+                       const uint32_t *graph_tid, int64_t *ith, int64_t *nth) {
+    uint64_t mask;
+    int64_t *slots = empty_slots(m, &mask), count = 0, size = m > 0 ? m : 1;
+    struct thread *seen = malloc(size * sizeof *seen);
+    int64_t *of = malloc(size * sizeof *of), *graphs = malloc(size * sizeof *graphs);
+    int64_t *number = malloc(size * sizeof *number), *threads = malloc(size * sizeof *threads);
+    uint32_t *tids = malloc(size * sizeof *tids);
+    int64_t ok = slots && seen && of && graphs && number && threads && tids ? 0 : -1;
+    for (int64_t i = 0; i < m && ok == 0; i++) {
+        uint64_t k = find(slots, mask, graphs, NULL, tids, graph[i], 0, tid[i]);
+        if (slots[k] < 0) {
+            slots[k] = count;
+            graphs[count] = graph[i];
+            tids[count] = tid[i];
+            seen[count] = (struct thread){graph[i], tid[i] != graph_tid[graph[i]], tid[i], count};
+            count++;
+        }
+        of[i] = slots[k];
+    }
+    if (ok == 0) {
+        qsort(seen, count, sizeof *seen, by_graph_caller_thread);
+        for (int64_t first = 0, end; first < count; first = end) {
+            for (end = first; end < count && seen[end].graph == seen[first].graph; end++) {}
+            for (int64_t j = first; j < end; j++) {
+                number[seen[j].number] = j - first;
+                threads[seen[j].number] = end - first;
+            }
+        }
+        for (int64_t i = 0; i < m; i++) {
+            ith[i] = number[of[i]];
+            nth[i] = threads[of[i]];
+        }
+    }
+    free(slots);
+    free(seen);
+    free(of);
+    free(graphs);
+    free(number);
+    free(threads);
+    free(tids);
+    return ok;
+}
+
+/* Per query (q_graph, q_tid) of m, the time of the last of n loop entries (`graph`, `tid`,
+   `ts`, by thread, then time) of that thread in that graph, 0 for none: in `found`. Returns 0,
+   or -1 where memory ran out. */
+int64_t entries(int64_t n, const int64_t *graph, const uint32_t *tid, const uint64_t *ts,
+                int64_t m, const int64_t *q_graph, const uint32_t *q_tid, uint64_t *found) {
+    uint64_t mask;
+    int64_t *slots = empty_slots(n, &mask);
+    if (slots == NULL) return -1;
+    for (int64_t r = 0; r < n; r++)
+        slots[find(slots, mask, graph, NULL, tid, graph[r], 0, tid[r])] = r;
+    for (int64_t j = 0; j < m; j++) {
+        int64_t at = slots[find(slots, mask, graph, NULL, tid, q_graph[j], 0, q_tid[j])];
+        found[j] = at >= 0 ? ts[at] : 0;
+    }
+    free(slots);
+    return 0;
+}
+
+/* Where an event record's sort keys lie in it, in bytes. */
+struct event_fields { int64_t size, tid, ts; };
+
+static int before_or_at(const uint8_t *a, const uint8_t *b, const struct event_fields *f) {
+    uint32_t ta, tb;
+    memcpy(&ta, a + f->tid, sizeof ta);
+    memcpy(&tb, b + f->tid, sizeof tb);
+    return ta != tb ? ta < tb : field(a, f->ts) <= field(b, f->ts);
+}
+
+/* n events and m more (each by thread, then time) merged into `out`, so sorted, each of the m
+   after the events of its thread at its time. */
+void merge_events(const uint8_t *events, int64_t n, const uint8_t *more, int64_t m,
+                  const struct event_fields *f, uint8_t *out) {
+    int64_t i = 0, j = 0;
+    while (i < n && j < m) {
+        const uint8_t *a = events + i * f->size, *b = more + j * f->size;
+        int first = before_or_at(a, b, f);
+        memcpy(out, first ? a : b, f->size);
+        out += f->size;
+        i += first;
+        j += !first;
+    }
+    memcpy(out, events + i * f->size, (n - i) * f->size);
+    memcpy(out + (n - i) * f->size, more + j * f->size, (m - j) * f->size);
 }

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.events import NODE, Kind, event_dtype
-from profinfer_perfetto.model import native, trace_model
+from profinfer_perfetto.model import native, one_trap, trace_model
 from profinfer_perfetto.model.trace_model import Nodes, build
 from tests import synthetic
 
@@ -115,3 +115,55 @@ def test_both_give_the_same_model(passes: native.Passes, monkeypatch: pytest.Mon
 
 def test_a_missing_library_leaves_numpy_to_model(tmp_path: Path) -> None:
     assert native.load(tmp_path / "_passes.so") is None
+
+
+def _barriers(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Barriers of a few threads in a few graphs, by thread and time, naming a few nodes (ties
+    in time, a node named twice by a thread, graphs a thread is not in)."""
+    barriers = np.zeros(n, event_dtype(0))
+    barriers["kind"] = Kind.BARRIER
+    barriers["tid"] = rng.integers(1, 5, n)
+    barriers["ts"] = rng.integers(0, 200, n)
+    barriers["arg0"] = rng.integers(1, 9, n) * 0x100
+    order = np.lexsort((barriers["ts"], barriers["tid"]))
+    return barriers[order], rng.integers(0, 4, n)[order]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_derive_the_same_one_trap_arrivals(passes: native.Passes, seed: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrivals, releases, thread numbers and loop entries (model/one_trap.py)."""
+    rng = np.random.default_rng(seed)
+    barriers, g = _barriers(rng, int(rng.integers(0, 300)))
+    graph_begin = rng.integers(0, 50, 4).astype(np.uint64)
+    graph_tid = rng.integers(1, 6, 4).astype(np.uint32)
+    loops, loop_g = _barriers(rng, int(rng.integers(0, 20)))
+    loops["kind"] = Kind.LOOP_ENTER
+    results = []
+    for compiled in (passes, None):
+        monkeypatch.setattr(native, "PASSES", compiled)
+        arrival, arrival_g = one_trap._arrivals(barriers, g)
+        results.append([arrival.tobytes(), arrival_g,
+                        *one_trap._releases(arrival, arrival_g, graph_begin),
+                        *one_trap._ith(arrival_g, arrival["tid"], graph_tid),
+                        one_trap._entered(loops, loop_g, arrival["tid"], arrival_g)])
+    for a, b in zip(*results, strict=True):
+        assert a == b if isinstance(a, bytes) else a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_merge_events_alike(passes: native.Passes, seed: int,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events and op begins of a few threads, ties in time among both and between them."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for count in rng.integers(0, 60, 2):
+        part = np.zeros(count, event_dtype(1))
+        part["tid"], part["ts"] = rng.integers(1, 4, count), rng.integers(0, 20, count)
+        part["arg0"] = rng.integers(0, 2**63, count)
+        parts.append(part[np.lexsort((part["ts"], part["tid"]))])
+    merged = []
+    for compiled in (passes, None):
+        monkeypatch.setattr(native, "PASSES", compiled)
+        merged.append(one_trap._merged(*parts).tobytes())
+    assert merged[0] == merged[1]
