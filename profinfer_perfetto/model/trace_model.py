@@ -560,8 +560,9 @@ def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans, index: La
 
 def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tuple[Ops, int]:
     """Ops: each op begin, and the barriers its thread entered before its next op (an op the
-    --ops filter left out counts as a next op, and is dropped afterwards), by thread and time;
-    and the op begins dropped (outside any graph, or of a node not described)."""
+    --ops filter left out counts as a next op, and is dropped afterwards), by thread and time
+    (as the events are); and the op begins dropped (outside any graph, or of a node not
+    described)."""
     kinds = events["kind"]
     work = take(events,
                 (kinds == Kind.OP_BEGIN) | (kinds == Kind.BARRIER) | (kinds == Kind.OP_SKIP))
@@ -590,8 +591,6 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
         end=end[known],
         counter_delta=delta[known],
     )
-    op_order = np.lexsort((ops.begin, ops.tid))
-    ops = Ops(**{k: v[op_order] for k, v in vars(ops).items()})
     return ops, dropped + int(np.count_nonzero(~known & traced))
 
 
