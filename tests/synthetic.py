@@ -220,3 +220,12 @@ def drains(rec: Recording, count: int) -> list[Drained]:
 
     return [Drained(part(rec.events, i), part(rec.nodes, i), part(rec.routes, i),
                     part(rec.batches, i), part(rec.sched, i)) for i in range(count)]
+
+
+def described_at_graph_begin(rec: Recording) -> Recording:
+    """The run with each node described at its graph's begin, as the probes do (a run with one
+    trap per op derives its op begins there, before the node's op would have described it)."""
+    begins = np.sort(rec.events["ts"][rec.events["kind"] == Kind.GRAPH_BEGIN])
+    nodes = rec.nodes.copy()
+    nodes["ts"] = begins[np.maximum(np.searchsorted(begins, nodes["ts"], "right") - 1, 0)]
+    return replace(rec, nodes=nodes)

@@ -1,9 +1,12 @@
 """Finding, for each query, the latest entry of its group at or before a point in time: the
-descriptor of each node, the node of each op, the writer of each source."""
+descriptor of each node, the node of each op, the writer of each source; and the entry of a
+graph with a tensor address."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from profinfer_perfetto.model import native
 
 
 class Latest:
@@ -65,3 +68,16 @@ def last_descriptor(descriptors: np.ndarray | Latest, ptrs: np.ndarray,
     before that time (`descriptors`: NODE records, or by_tensor of them); -1 for none."""
     index = descriptors if isinstance(descriptors, Latest) else by_tensor(descriptors)
     return index.find(ptrs, at)
+
+
+def in_graph(graph: np.ndarray, ptr: np.ndarray, q_graph: np.ndarray, q_ptr: np.ndarray
+             ) -> np.ndarray:
+    """For each query (a graph, a tensor address), the index of the last entry (`graph`, `ptr`)
+    equal to it, -1 for none. By passes.c where the install built it (model/native.py), else by
+    numpy: the same."""
+    if native.PASSES is not None:
+        return native.PASSES.node_index(graph, ptr, q_graph, q_ptr)
+    found = Latest(ptr, graph).find(q_ptr, q_graph)
+    same = found >= 0
+    same[same] = graph[found[same]] == q_graph[same]
+    return np.where(same, found, -1)

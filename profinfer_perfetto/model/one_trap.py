@@ -25,7 +25,7 @@ import numpy as np
 from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model import native
-from profinfer_perfetto.model.lookup import Latest, last_descriptor, latest
+from profinfer_perfetto.model.lookup import Latest, in_graph, last_descriptor, latest
 from profinfer_perfetto.model.records import copied, sorted_unique, take, whole
 
 FUSED_OPS = ("RMS_NORM", "MUL")
@@ -175,10 +175,8 @@ def _fused_first(group_g: np.ndarray, group_ptr: np.ndarray, at: np.ndarray,
     read = last_descriptor(index, flat, np.repeat(at[rows], slots))
     pair = (flat != 0) & (read >= 0)
     pair[pair] = descriptors["op"][read[pair]] == fused_ops[0]
-    own = Latest(group_ptr, group_g).find(flat, g)
-    own_barrier = own >= 0
-    own_barrier[own_barrier] = group_g[own[own_barrier]] == g[own_barrier]
-    taken = (pair & ~own_barrier).reshape(-1, slots)
+    pair[pair] = in_graph(group_g, group_ptr, g[pair], flat[pair]) < 0  # no barrier of its own
+    taken = pair.reshape(-1, slots)
     has = taken.any(axis=1)
     first[rows[has]] = src[has, taken.argmax(axis=1)[has]]
     return first

@@ -38,7 +38,7 @@ from profinfer_perfetto.capture.events import (
 from profinfer_perfetto.capture.run import Recording, Run, Scheduling
 from profinfer_perfetto.model import native
 from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vulkan_ops
-from profinfer_perfetto.model.lookup import Latest, by_tensor, last_descriptor, latest
+from profinfer_perfetto.model.lookup import Latest, by_tensor, in_graph, last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, with_op_begins
 from profinfer_perfetto.model.records import sorted_unique, take, threads_of
@@ -323,14 +323,8 @@ def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
 
 def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     """Index of the node with this (graph, tensor address), -1 if none was described (the last
-    one where a graph computed a tensor twice). By passes.c where the install built it
-    (model/native.py), else by numpy: the same."""
-    if native.PASSES is not None:
-        return native.PASSES.node_index(nodes.graph, nodes.raw["ptr"], graph, ptr)
-    found = Latest(nodes.raw["ptr"], nodes.graph).find(ptr, graph)
-    same = found >= 0
-    same[same] = nodes.graph[found[same]] == graph[same]
-    return np.where(same, found, -1)
+    one where a graph computed a tensor twice)."""
+    return in_graph(nodes.graph, nodes.raw["ptr"], graph, ptr)
 
 
 def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np.ndarray,

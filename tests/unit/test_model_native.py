@@ -11,6 +11,7 @@ import pytest
 
 from profinfer_perfetto.capture.events import NODE, Kind, event_dtype
 from profinfer_perfetto.model import native, one_trap, trace_model
+from profinfer_perfetto.model.one_trap import as_one_trap
 from profinfer_perfetto.model.trace_model import Nodes, build
 from tests import synthetic
 
@@ -95,9 +96,12 @@ def test_both_find_the_same_op_spans(passes: native.Passes, seed: int) -> None:
 
 def test_both_give_the_same_model(passes: native.Passes, monkeypatch: pytest.MonkeyPatch
                                   ) -> None:
-    """Edges, ops and a Vulkan split's device times (their nodes looked up alike)."""
+    """Edges, ops and a Vulkan split's device times (their nodes looked up alike), of runs
+    recorded with two traps per op and with one (a fused pair among its nodes)."""
     recordings = [synthetic.recording(), synthetic.decode_run(3, steps=12),
-                  synthetic.timed_step()]
+                  synthetic.timed_step(),
+                  *(as_one_trap(synthetic.described_at_graph_begin(r))
+                    for r in (synthetic.recording(), synthetic.decode_run(3, steps=12)))]
     monkeypatch.setattr(native, "PASSES", None)
     by_numpy = [build(r) for r in recordings]
     monkeypatch.setattr(native, "PASSES", passes)

@@ -23,15 +23,8 @@ AFTER_LOOP = [0, 0, 0, 0, 0, 1, 1]
 """Each thread's last barrier of the graph is the one after the loop."""
 
 
-def _described_at_graph_begin(rec: Recording) -> Recording:
-    """The synthetic run with its nodes described at its graph's begin, as the probes do."""
-    nodes = rec.nodes.copy()
-    nodes["ts"] = GRAPH_BEGIN
-    return replace(rec, nodes=nodes)
-
-
 def one_trap_recording() -> Recording:
-    rec = _described_at_graph_begin(synthetic.recording())
+    rec = synthetic.described_at_graph_begin(synthetic.recording())
     events = rec.events[rec.events["kind"] != Kind.OP_BEGIN].copy()
     barriers = events["kind"] == Kind.BARRIER
     events["arg0"][barriers] = NAMED
@@ -89,7 +82,7 @@ def test_an_exact_recording_becomes_its_barriers_named() -> None:
 
 
 def test_derived_and_exact_ops_are_of_the_same_threads_and_nodes() -> None:
-    rec = _described_at_graph_begin(synthetic.recording())
+    rec = synthetic.described_at_graph_begin(synthetic.recording())
     exact, derived = build(rec), build(as_one_trap(rec))
     same = agreement(exact, derived)
     assert same["same_ops"] and same["keys"] == same["keys_derived"] == 3
