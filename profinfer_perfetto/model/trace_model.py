@@ -267,9 +267,11 @@ class TraceModel:
         return "+".join(labels), self.nodes.names[ops[-1]]
 
     def thread_ids(self) -> list[int]:
-        tids = set(self.run.threads) | set(self.ops.tid.tolist()) | set(self.tokens.tid.tolist())
-        tids |= set(self.graphs.tid.tolist())
-        return sorted(tids | set([] if self.host_calls is None else self.host_calls.tid.tolist()))
+        """The run's threads and every thread of the model's spans, in order."""
+        spans = [self.ops.tid, self.tokens.tid, self.graphs.tid,
+                 *([] if self.host_calls is None else [self.host_calls.tid])]
+        seen = sorted_unique(np.concatenate([s.astype(np.int64) for s in spans])).tolist()
+        return sorted(set(self.run.threads) | set(seen))
 
 
 def layer_of(tensor_name: str) -> int:
