@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import cached_property
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -55,7 +54,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.records import copied, sorted_unique, threads_of, whole
+from profinfer_perfetto.model.records import copied, sorted_unique, take, threads_of
 from profinfer_perfetto.model.trace_model import (
     Ops,
     Routing,
@@ -186,10 +185,10 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
 
 
 def _contents(raw: np.ndarray) -> np.ndarray:
-    """NODE records' bytes but their times (an item's `.tobytes()`)."""
+    """NODE records' bytes but their times: a row of bytes each."""
     blank = copied(raw)
     blank["ts"] = 0
-    return whole(blank)
+    return blank.view(np.uint8).reshape(len(raw), raw.dtype.itemsize)
 
 
 def _experts_text(routing: Routing) -> str:
@@ -555,21 +554,15 @@ class _LayoutBuilder:
     def _content_keys(self, node: np.ndarray, fused: np.ndarray) -> np.ndarray:
         """Each node's (or fused pair's) descriptors but their times, and its layers: a row of
         bytes each."""
-        contents = self.contents.view(np.uint8).reshape(-1, self.contents.dtype.itemsize)
-        width = contents.shape[1]
+        raw, layer = self.model.nodes.raw, self.model.nodes.layer
+        width = raw.dtype.itemsize
         has = fused >= 0
-        layer = self.model.nodes.layer
         keys = np.zeros((len(node), 2 * width + 24), np.uint8)
-        keys[:, :width] = contents[node]
-        keys[has, width:2 * width] = contents[fused[has]]
+        keys[:, :width] = _contents(take(raw, node))
+        keys[has, width:2 * width] = _contents(take(raw, fused[has]))
         keys[:, 2 * width:] = np.stack([layer[node], np.where(has, layer[np.maximum(fused, 0)], -1),
                                         has.astype(np.int64)], 1).view(np.uint8)
         return keys
-
-    @cached_property
-    def contents(self) -> np.ndarray:
-        """The nodes' records but their times, for _content_keys."""
-        return _contents(self.model.nodes.raw)
 
     def _description(self, node: int, fused: int) -> tuple[int, int]:
         """The name and description ids of a node (or fused pair) by what its descriptors say
