@@ -23,6 +23,18 @@ static uint64_t slot_of(uint64_t key, uint64_t mask) {
     return (key * 0x9E3779B97F4A7C15ull) >> 17 & mask;
 }
 
+/* A hash table's slots for n entries (at most half full), all free (-1), and the mask of a
+   slot's number; NULL where memory ran out. */
+static int64_t *empty_slots(int64_t n, uint64_t *mask) {
+    int64_t size = 16;
+    while (size < 2 * n) size <<= 1;
+    int64_t *slots = malloc(size * sizeof *slots);
+    if (slots != NULL)
+        for (int64_t k = 0; k < size; k++) slots[k] = -1;
+    *mask = (uint64_t)size - 1;
+    return slots;
+}
+
 /* The producer of each source of n nodes (in graph order): for each node i and each source
    slot s whose tensor address is not 0, in that order, the last node j < i whose storage (its
    view's source, else its own address) is what the source reads (its view's source, else its
@@ -30,17 +42,15 @@ static uint64_t slot_of(uint64_t key, uint64_t mask) {
    Returns k, the sources found; -1 where memory ran out. */
 int64_t last_writers(const uint8_t *nodes, int64_t n, const struct node_fields *f,
                      int64_t *reader, int64_t *slot, int64_t *producer) {
-    int64_t size = 16, found = 0;
-    while (size < 2 * n) size <<= 1;
-    uint64_t *keys = malloc(size * sizeof *keys);
-    int64_t *last = malloc(size * sizeof *last);
+    int64_t found = 0;
+    uint64_t mask;
+    int64_t *last = empty_slots(n, &mask);
+    uint64_t *keys = malloc((mask + 1) * sizeof *keys);
     if (keys == NULL || last == NULL) {
         free(keys);
         free(last);
         return -1;
     }
-    for (int64_t k = 0; k < size; k++) last[k] = -1;
-    uint64_t mask = (uint64_t)size - 1;
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *node = nodes + i * f->size;
         for (int64_t s = 0; s < f->slots; s++) {
@@ -69,12 +79,9 @@ int64_t last_writers(const uint8_t *nodes, int64_t n, const struct node_fields *
    memory ran out. */
 int64_t node_index(int64_t n, const int64_t *graph, const uint64_t *ptr, int64_t m,
                    const int64_t *q_graph, const uint64_t *q_ptr, int64_t *found) {
-    int64_t size = 16;
-    while (size < 2 * n) size <<= 1;
-    int64_t *node = malloc(size * sizeof *node);
+    uint64_t mask;
+    int64_t *node = empty_slots(n, &mask);
     if (node == NULL) return -1;
-    for (int64_t k = 0; k < size; k++) node[k] = -1;
-    uint64_t mask = (uint64_t)size - 1;
     for (int64_t i = 0; i < n; i++) {
         uint64_t k = slot_of(ptr[i] ^ (uint64_t)graph[i] * 0xC2B2AE3D27D4EB4Full, mask);
         while (node[k] >= 0 && (ptr[node[k]] != ptr[i] || graph[node[k]] != graph[i]))
@@ -125,16 +132,6 @@ int64_t op_spans(int64_t n, const uint32_t *tid, const uint64_t *ts, const uint8
 
 static uint64_t key_of(int64_t graph, uint64_t a, uint64_t b) {
     return a ^ (uint64_t)graph * 0xC2B2AE3D27D4EB4Full ^ b * 0x165667B19E3779F9ull;
-}
-
-static int64_t *empty_slots(int64_t n, uint64_t *mask) {
-    int64_t size = 16;
-    while (size < 2 * n) size <<= 1;
-    int64_t *slots = malloc(size * sizeof *slots);
-    if (slots != NULL)
-        for (int64_t k = 0; k < size; k++) slots[k] = -1;
-    *mask = (uint64_t)size - 1;
-    return slots;
 }
 
 /* The slot of (graph, a, b) among entries whose fields the arrays hold (slots[k]: an entry's
