@@ -175,6 +175,8 @@ def vulkan_device_times(events: np.ndarray) -> np.ndarray:
     recording's thread and host time, its node and fused node (addresses), its device span."""
     kinds = events["kind"]
     stamps = np.flatnonzero((kinds == Kind.VK_TIMESTAMP) & (events["aux"] == 0))
+    if len(stamps) == 0:  # a run without --gpu-timestamps
+        return np.zeros(0, DEVICE_TIME)
     timed = _enqueued(events)
     splits = np.flatnonzero((kinds == Kind.GRAPH_BEGIN) & (events["aux"] == Backend.VULKAN))
     tails = dict(zip(timed.tolist(), _fused_tails(events, timed).tolist(), strict=True))
