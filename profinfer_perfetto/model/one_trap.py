@@ -171,11 +171,13 @@ def _fused_first(group_g: np.ndarray, group_ptr: np.ndarray, at: np.ndarray,
     # Every source of every such node at once, a row of slots per node.
     src = descriptors["src"]["ptr"][second[rows]]
     slots = src.shape[1]
-    flat, g = src.reshape(-1), np.repeat(group_g[rows], slots)
-    read = last_descriptor(index, flat, np.repeat(at[rows], slots))
-    pair = (flat != 0) & (read >= 0)
-    pair[pair] = descriptors["op"][read[pair]] == fused_ops[0]
-    pair[pair] = in_graph(group_g, group_ptr, g[pair], flat[pair]) < 0  # no barrier of its own
+    flat = src.reshape(-1)
+    pair = flat != 0
+    read = last_descriptor(index, flat[pair], np.repeat(at[rows], slots)[pair])
+    pair[pair] = read >= 0
+    pair[pair] = descriptors["op"][read[read >= 0]] == fused_ops[0]
+    g = np.repeat(group_g[rows], slots)[pair]
+    pair[pair] = in_graph(group_g, group_ptr, g, flat[pair]) < 0  # no barrier of its own
     taken = pair.reshape(-1, slots)
     has = taken.any(axis=1)
     first[rows[has]] = src[has, taken.argmax(axis=1)[has]]
