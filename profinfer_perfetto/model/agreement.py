@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from profinfer_perfetto.model.trace_model import TraceModel, step_batches
+from profinfer_perfetto.model.trace_model import TraceModel
 from profinfer_perfetto.model.work import role
 
 OpKey = tuple[str, str, str]
@@ -62,7 +62,7 @@ def node_times(model: TraceModel) -> NodeTimes:
 
 def node_keys(model: TraceModel, nodes: np.ndarray) -> list[OpKey]:
     """The op key of each node (of a fused pair: its first)."""
-    steps = step_batches(model)
+    steps = model.batches
     step = model.tokens.containing(model.graphs.begin)
     fused = np.full(len(model.nodes), -1, np.int64)
     fused[model.ops.node] = model.ops.fused

@@ -60,7 +60,6 @@ from profinfer_perfetto.model.trace_model import (
     Routing,
     StepBatch,
     TraceModel,
-    step_batches,
 )
 from profinfer_perfetto.model.work import op_work, role
 
@@ -377,7 +376,7 @@ class _LayoutBuilder:
                                         parent=1, tid=tid))
                   for tid in model.thread_ids()}
         caller = np.isin(model.ops.tid, model.tokens.tid)
-        batches = step_batches(model)
+        batches = model.batches
         self.token_steps(thread, batches)
         self.graphs(thread)
         op_begin, op_end = self.ops(thread, caller)
@@ -417,16 +416,15 @@ class _LayoutBuilder:
 
     def token_steps(self, thread: dict[int, int], batches: list[StepBatch]) -> None:
         tok = self.model.tokens
-        names, args = [], []
         phase_arg, tokens_arg, sequences_arg, pos_arg, step_arg, complete_arg = STEP_ARGS
-        for i, (b, complete) in enumerate(
-            zip(batches, tok.complete.tolist(), strict=True)
-        ):
-            names.append(self.strings(b.phase))
-            args.append(self.arg_set((
-                (phase_arg, b.phase), (tokens_arg, b.n_tokens), (sequences_arg, b.sequences),
-                *([] if b.pos is None else [(pos_arg, b.pos)]),
-                (step_arg, self.model.cont.first_step + i), (complete_arg, complete))))
+        first = self.model.cont.first_step
+        names = [self.strings(b.phase) for b in batches]
+        args = [self.arg_set((
+            (phase_arg, b.phase), (tokens_arg, b.n_tokens), (sequences_arg, b.sequences),
+            *(() if b.pos is None else ((pos_arg, b.pos),)), (step_arg, step),
+            (complete_arg, complete)))
+            for step, b, complete in zip(range(first, first + len(batches)), batches,
+                                         tok.complete.tolist(), strict=True)]
         tracks = [thread[t] for t in tok.tid.tolist()]
         self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
 
@@ -435,13 +433,13 @@ class _LayoutBuilder:
         model, gr = self.model, self.model.graphs
         first_step, first_graph = model.cont.first_step, model.cont.first_graph
         step = [s if s < 0 else first_step + s for s in model.tokens.containing(gr.begin).tolist()]
-        backends = [backend_name(model.run.ggml, b) for b in gr.aux.tolist()]
-        args = np.array([
-            self.arg_set(tuple(zip(GRAPH_ARGS, (
-                first_graph + i, backends[i], step[i], int(gr.arg1[i] & 0xFFFFFFFF),
-                int(gr.arg1[i] >> 32), bool(gr.complete[i])), strict=True)))
-            for i in range(len(gr))
-        ], np.int64)
+        named = {b: backend_name(model.run.ggml, b) for b in sorted_unique(gr.aux).tolist()}
+        backends = [named[b] for b in gr.aux.tolist()]
+        values = zip(range(first_graph, first_graph + len(gr)), backends, step,
+                     (gr.arg1 & 0xFFFFFFFF).tolist(), (gr.arg1 >> 32).tolist(),
+                     gr.complete.tolist(), strict=True)
+        args = np.array([self.arg_set(tuple(zip(GRAPH_ARGS, v, strict=True))) for v in values],
+                        np.int64)
         # (thread, graph) pairs, by thread then graph: the calling thread's and the ops'.
         count = max(len(gr), 1)
         shown = sorted_unique(np.concatenate([

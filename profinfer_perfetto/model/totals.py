@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from profinfer_perfetto.model.trace_model import TraceModel, step_batches
+from profinfer_perfetto.model.records import sorted_unique
+from profinfer_perfetto.model.trace_model import TraceModel
 
 
 @dataclass
@@ -23,12 +24,12 @@ class RunTotals:
     """Ops timed on a device (record --gpu-timestamps)."""
 
     def add(self, model: TraceModel) -> None:
-        for batch in step_batches(model):
+        for batch in model.batches:
             self.steps[batch.phase] += 1
             self.tokens += max(batch.n_tokens, 0)
         self.graphs += len(model.graphs)
         self.ops += len(model.ops)
-        self.op_threads |= set(model.ops.tid.tolist())
+        self.op_threads |= set(sorted_unique(model.ops.tid).tolist())
         self.edges += len(model.edges)
         self.events += model.event_count
         self.dropped_ops += model.dropped_ops

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -225,6 +225,12 @@ class TraceModel:
     vulkan_device_times says how it is placed)."""
     split_copies: frozenset[int] = frozenset()
     """Addresses that held a split's input copy, in this model and before (_copy_edges)."""
+
+    @cached_property
+    def batches(self) -> list[StepBatch]:
+        """What each token step's batch held (step_batches), worked out once per model: the
+        layout and the run's totals both read it."""
+        return step_batches(self)
 
     @property
     def sched_records(self) -> int:
@@ -740,6 +746,8 @@ def step_batches(model: TraceModel) -> list[StepBatch]:
                                             sequences.tolist(), first_pos.tolist(),
                                             counted.tolist(), strict=True):
         pos = given if given != UNKNOWN_POS else (count if model.run.from_start else None)
-        runs = model.step_runs.get(len(steps), (SeqRun(0, pos, n),))
+        runs = model.step_runs.get(len(steps))
+        if runs is None:
+            runs = (SeqRun(0, pos, n),)
         steps.append(StepBatch(n, token_phase(n, entry, seqs), seqs, pos, runs))
     return steps
