@@ -250,7 +250,9 @@ def _equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     as long (2026-12-02: 256 ms against 155 for the 190 k content keys of 30 s of a
     llama-server's records)."""
     index: dict[bytes, int] = {}
-    of_row = np.array([index.setdefault(bytes(row), len(index)) for row in rows], np.int64)
+    data, width = np.ascontiguousarray(rows).tobytes(), rows.shape[1]
+    of_row = np.array([index.setdefault(data[at:at + width], len(index))
+                       for at in range(0, len(data), width)], np.int64)
     first = np.zeros(len(index), np.int64)
     first[of_row[::-1]] = np.arange(len(rows))[::-1]  # the earliest row of each wins
     return first, of_row
