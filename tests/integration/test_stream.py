@@ -130,12 +130,14 @@ def _small_disk(tmp_path: Path, size: str) -> Iterator[Path]:
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_full_disk_ends_the_capture_with_what_fit(cli: Cli, tmp_path: Path,
                                                     stream: bool) -> None:
-    """Recording into a 4 MiB filesystem (the run's trace takes about 6 MB, its records about
-    60 MB; a chunk, at most QUEUED_DRAINS drains, about 0.1 MB): one sentence and exit 2, and the
-    target is not left stopped; streamed, the trace holds the whole chunks that fit; by default
-    (the records kept on disk until the run ends), no trace, and the records that fit stay for
-    `recover`, as the sentence says."""
-    with _small_disk(tmp_path, "4m") as disk:
+    """Recording into a small filesystem: one sentence and exit 2, and the target is not left
+    stopped; streamed (into 1 MiB: the run's trace takes 3 to 6 MB, the less the faster the
+    machine, whose shorter times make shorter varints, and on 2026-12-02 a 4 MiB disk held it
+    all; a chunk, at most QUEUED_DRAINS drains, about 0.1 MB), the trace holds the whole chunks
+    that fit; by default (into 4 MiB: the records, kept on disk until the run ends, take about
+    60 MB, in files of a few MiB), no trace, and the records that fit stay for `recover`, as the
+    sentence says."""
+    with _small_disk(tmp_path, "1m" if stream else "4m") as disk:
         out = disk / "run.pftrace"
         result = cli("record", "-o", out, *(["--stream"] if stream else []), "--",
                      *generation("tiny-llama", 3000))
