@@ -102,7 +102,6 @@ class Passes:
             raise MemoryError("passes.c: node_index")
         return found
 
-
     def op_spans(self, tid: np.ndarray, ts: np.ndarray, begins: np.ndarray, graph: np.ndarray,
                  graph_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per op begin among work rows (op begins where `begins`, else barriers; by thread and
@@ -116,7 +115,6 @@ class Passes:
         self._op_spans(len(tid), *(c.ctypes.data for c in columns),
                        *(o.ctypes.data for o in (row, last_barrier, end, work_end)))
         return row, last_barrier, end, work_end
-
 
     def arrivals(self, graph: np.ndarray, tid: np.ndarray, ptr: np.ndarray) -> np.ndarray:
         """Of barriers (by thread, then time, each in its graph, naming a node `ptr`), the rows
