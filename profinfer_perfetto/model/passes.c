@@ -35,6 +35,22 @@ static int64_t *empty_slots(int64_t n, uint64_t *mask) {
     return slots;
 }
 
+static uint64_t key_of(int64_t graph, uint64_t a, uint64_t b) {
+    return a ^ (uint64_t)graph * 0xC2B2AE3D27D4EB4Full ^ b * 0x165667B19E3779F9ull;
+}
+
+/* The slot of (graph, a, b) among entries whose fields the arrays hold (slots[k]: an entry's
+   index, -1: free). */
+static uint64_t find(const int64_t *slots, uint64_t mask, const int64_t *graph,
+                     const uint64_t *a, const uint32_t *b, int64_t q_graph, uint64_t q_a,
+                     uint32_t q_b) {
+    uint64_t k = slot_of(key_of(q_graph, q_a, q_b), mask);
+    while (slots[k] >= 0 && (graph[slots[k]] != q_graph || (a != NULL && a[slots[k]] != q_a)
+                             || (b != NULL && b[slots[k]] != q_b)))
+        k = (k + 1) & mask;
+    return k;
+}
+
 /* The producer of each source of n nodes (in graph order): for each node i and each source
    slot s whose tensor address is not 0, in that order, the last node j < i whose storage (its
    view's source, else its own address) is what the source reads (its view's source, else its
@@ -82,18 +98,10 @@ int64_t node_index(int64_t n, const int64_t *graph, const uint64_t *ptr, int64_t
     uint64_t mask;
     int64_t *node = empty_slots(n, &mask);
     if (node == NULL) return -1;
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t k = slot_of(ptr[i] ^ (uint64_t)graph[i] * 0xC2B2AE3D27D4EB4Full, mask);
-        while (node[k] >= 0 && (ptr[node[k]] != ptr[i] || graph[node[k]] != graph[i]))
-            k = (k + 1) & mask;
-        node[k] = i;
-    }
-    for (int64_t j = 0; j < m; j++) {
-        uint64_t k = slot_of(q_ptr[j] ^ (uint64_t)q_graph[j] * 0xC2B2AE3D27D4EB4Full, mask);
-        while (node[k] >= 0 && (ptr[node[k]] != q_ptr[j] || graph[node[k]] != q_graph[j]))
-            k = (k + 1) & mask;
-        found[j] = node[k];
-    }
+    for (int64_t i = 0; i < n; i++)
+        node[find(node, mask, graph, ptr, NULL, graph[i], ptr[i], 0)] = i;
+    for (int64_t j = 0; j < m; j++)
+        found[j] = node[find(node, mask, graph, ptr, NULL, q_graph[j], q_ptr[j], 0)];
     free(node);
     return 0;
 }
@@ -129,22 +137,6 @@ int64_t op_spans(int64_t n, const uint32_t *tid, const uint64_t *ts, const uint8
 
 /* One trap per op (model/one_trap.py): each thread's arrivals at each node's barrier, the
    barriers' releases, the threads' numbers and their entries into the graph loop. */
-
-static uint64_t key_of(int64_t graph, uint64_t a, uint64_t b) {
-    return a ^ (uint64_t)graph * 0xC2B2AE3D27D4EB4Full ^ b * 0x165667B19E3779F9ull;
-}
-
-/* The slot of (graph, a, b) among entries whose fields the arrays hold (slots[k]: an entry's
-   index, -1: free). */
-static uint64_t find(const int64_t *slots, uint64_t mask, const int64_t *graph,
-                     const uint64_t *a, const uint32_t *b, int64_t q_graph, uint64_t q_a,
-                     uint32_t q_b) {
-    uint64_t k = slot_of(key_of(q_graph, q_a, q_b), mask);
-    while (slots[k] >= 0 && (graph[slots[k]] != q_graph || (a != NULL && a[slots[k]] != q_a)
-                             || (b != NULL && b[slots[k]] != q_b)))
-        k = (k + 1) & mask;
-    return k;
-}
 
 /* Of n barriers (by thread, then time; `graph`: each one's, `ptr`: the node it names), the
    last of each thread at each node of each graph: their rows, in order, in `rows`. Returns
