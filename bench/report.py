@@ -45,7 +45,7 @@ def _steps_md(results: Any) -> list[str]:
 
 
 def _capture_md(results: Any) -> list[str]:
-    return _table(["capture (record's own process; streamed unless 'by default')",
+    return _table(["capture (record's own process; streamed unless 'by default' or '--follow')",
                    "capture s", "events", "events/s", "recorder peak MB",
                    "recorder CPU / capture", "lost (longest gap between drains)", "bytes per op",
                    "trace written after the run (share of the capture)"],
@@ -55,8 +55,16 @@ def _capture_md(results: Any) -> list[str]:
                     str(int(r["lost"])) + (f" ({r['drain_gap_ms']:.0f} ms)"
                                            if "drain_gap_ms" in r else ""),
                     str(r.get("bytes_per_op", "")),
-                    f"{r['after_s']:.1f} s ({r['after_s'] / r['capture_s']:.0%})"
-                    if "after_s" in r else ""] for name, r in results.items()])
+                    _after_cell(r) if "after_s" in r else ""] for name, r in results.items()])
+
+
+def _after_cell(r: Any) -> str:
+    """Seconds the trace took after the run and their share of the capture; small ones finer."""
+    after, share = r["after_s"], r["after_s"] / r["capture_s"]
+    follower = (f"; its follower {r['follower_us_per_event']:.2f} µs of CPU per event"
+                if "follower_us_per_event" in r else "")
+    return (f"{after:.1f} s" if after >= 1 else f"{after:.2f} s") + (
+        f" ({share:.0%})" if share >= 0.1 else f" ({share:.2%})") + follower
 
 
 def _capacity_md(results: Any) -> list[str]:
@@ -169,10 +177,10 @@ def _gate_md(results: Any) -> list[str]:
 
 SECTIONS: dict[str, Callable[[Any], list[str]]] = {
     "query": _query_md, "overhead": _overhead_md, "steps": _steps_md, "memory": _capture_md,
-    "server": _capture_md, "capacity": _capacity_md, "encoding": _encoding_md,
-    "writer": _writer_md, "write": _write_md, "after": _after_md, "windows": _windows_md,
-    "one-trap": _one_trap_md,
-    "calibrate": _calibrate_md, "gate": _gate_md,
+    "server": _capture_md, "server-follow": _capture_md, "capacity": _capacity_md,
+    "encoding": _encoding_md, "writer": _writer_md, "write": _write_md, "after": _after_md,
+    "windows": _windows_md, "one-trap": _one_trap_md, "calibrate": _calibrate_md,
+    "gate": _gate_md,
 }
 """Each benchmark's table(s), in the page's order."""
 

@@ -166,7 +166,8 @@ def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str
 
 def _recorder_said(summary: str) -> dict[str, float]:
     """From record's summary: its CPU share of the capture, peak memory, events and losses,
-    and how long the trace took after the run (where it was written then)."""
+    how long the trace took after the run (where it was written then) and its follower's CPU
+    per event (where it had one)."""
     said: dict[str, float] = {}
     for line in summary.splitlines():
         words = line.split()
@@ -177,6 +178,8 @@ def _recorder_said(summary: str) -> dict[str, float]:
             said["drain_gap_ms"] = float(words[-3])
         if line.strip().startswith("trace written") and "after the run" in line:
             said["after_s"] = float(words[2])
+            if "its CPU" in line:  # by a follower
+                said["follower_us_per_event"] = float(line.split("s (")[-1].split()[0])
         if line.strip().startswith("events "):
             said["events"] = float(words[1].rstrip(","))
             said["lost"] = float(words[3])
@@ -230,16 +233,28 @@ def bench_server(seconds: float = 600, clients: int = 3) -> dict[str, Any]:
     return results
 
 
-def _server_capture(seconds: float, clients: int, mode: str) -> dict[str, float]:
+def bench_server_follow(seconds: float = 120, clients: int = 3) -> dict[str, Any]:
+    """record --pid --follow on a llama-server at 1 thread pinned to the last CPU (the others
+    free for the follower), under continuous load as `server`'s: how long the trace took after
+    the run, beside what the follower's CPU per event makes of the server rate."""
+    name = f"llama-server {clients} slots, {clients} clients, {seconds:g} s, 1 thread pinned"
+    return {name + ", --follow": _server_capture(seconds, clients, "--follow", pinned=True)}
+
+
+def _server_capture(seconds: float, clients: int, mode: str, pinned: bool = False
+                    ) -> dict[str, float]:
+    """One capture of a loaded llama-server: at 2 threads, or (`pinned`) at 1 on the last CPU."""
     import sys
     import threading
     import urllib.request
 
     port = 18_500
+    where = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] if pinned else []
     server = subprocess.Popen(
-        [str(assets.llama_bin("llama-server")), "-m", str(assets.model("tiny-llama")), "-t", "2",
-         "-np", str(clients), "-c", str(1024 * clients), "--host", "127.0.0.1", "--port",
-         str(port), "--no-warmup"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [*where, str(assets.llama_bin("llama-server")), "-m", str(assets.model("tiny-llama")),
+         "-t", "1" if pinned else "2", "-np", str(clients), "-c", str(1024 * clients), "--host",
+         "127.0.0.1", "--port", str(port), "--no-warmup"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     stop = threading.Event()
 
@@ -756,6 +771,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "overhead": bench_overhead,
     "memory": bench_memory,
     "server": bench_server,
+    "server-follow": bench_server_follow,
     "steps": bench_traced_steps,
     "windows": bench_windows,
     "one-trap": bench_one_trap,

@@ -34,6 +34,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -81,6 +82,8 @@ class Followed:
     """The drains it had not read when the run ended."""
     started_over: int
     """Times a thread came after chunks were written (they were written anew)."""
+    cpu_s: float
+    """The follower's CPU time, all of it (the run's and the rest after it)."""
     peak_mb: float
 
     def how(self) -> str:
@@ -88,7 +91,9 @@ class Followed:
         again = (f" (it started over {self.started_over} times: a thread came late)"
                  if self.started_over else "")
         return (f"by its follower at idle priority, which had {self.left} of {self.drains} "
-                f"drains left when the run ended{again}; its peak memory {self.peak_mb:.0f} MB")
+                f"drains left when the run ended{again}; its CPU {self.cpu_s:.2f} s "
+                f"({self.cpu_s * 1e6 / max(self.totals.events, 1):.2f} µs per event), peak memory "
+                f"{self.peak_mb:.0f} MB")
 
 
 def noted(recording: Recording, notes: list[str]) -> Recording:
@@ -219,7 +224,8 @@ class Following:
         self.stream.finish(ended)
         assert self.stream.last is not None, "finish() writes the run's last chunk"
         return Followed(self.stream.totals, self.stream.last, self.stream.packets, self.read,
-                        left, self.started_over, process.status_number("self", "VmHWM") / 1024)
+                        left, self.started_over, time.process_time(),
+                        process.status_number("self", "VmHWM") / 1024)
 
 
 def _view(run: Run) -> str:

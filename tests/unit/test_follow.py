@@ -135,7 +135,8 @@ def test_a_follower_that_fails_leaves_record_to_write_the_trace(
 @pytest.mark.parametrize(("follow", "how"), [
     (False, r" s after the run, from its records\n"),
     (True, rf" s after the run, by its follower at idle priority, which had \d+ of {DRAINS} "
-           "drains left when the run ended")])
+           r"drains left when the run ended; its CPU \d+\.\d\d s \(\d+\.\d\d µs per event\), peak "
+           r"memory \d+ MB\n")])
 def test_record_says_how_the_trace_was_written(
         tmp_path: Path, rec: Recording, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], follow: bool, how: str) -> None:
