@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from scripts import assets
+from tests import hung
 
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="profinfer-tests-"))
 """The test session's own state, set before any test runs (the CLI's subprocesses inherit
@@ -49,8 +50,16 @@ def run_cli(*args: str | Path, timeout: float = TIMEOUT, user: str | None = None
         cmd = ["taskset", "-c", str(cpu), *cmd]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
-                          stdin=subprocess.DEVNULL, check=False)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          errors="replace", stdin=subprocess.DEVNULL) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            states = hung.states_then_kill(proc.pid)
+            out, err = proc.communicate()
+            pytest.fail(f"{' '.join(cmd)} did not end in {timeout:g} s; its processes then:\n"
+                        f"{states}\nits stdout:\n{out}\nits stderr:\n{err}", pytrace=False)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.fixture

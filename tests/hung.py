@@ -1,0 +1,56 @@
+"""What a command that overran its test's timeout and the processes under it were doing, read
+from /proc before they are killed: each thread's state, the kernel function it waits in and its
+kernel stack (root reads it), so that a hang in CI says where it hung."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every process under it, parents first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        tree.append(pid)
+        todo.extend(sorted(children.get(pid, [])))
+    return tree
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError as exc:
+        return f"({exc.strerror})"
+
+
+def thread_states(pid: int) -> str:
+    """One process's threads: id, name, state, CPU time so far and kernel wait, then the kernel
+    stack."""
+    lines = [f"process {pid}: {_read(Path(f'/proc/{pid}/cmdline')).replace(chr(0), ' ')}"]
+    for task in sorted(Path(f"/proc/{pid}/task").glob("[0-9]*"), key=lambda p: int(p.name)):
+        fields = _read(task / "stat").rsplit(")", 1)[-1].split()
+        state, cpu = (fields[0], f"user {fields[11]} system {fields[12]} ticks") if len(
+            fields) > 12 else ("?", "")
+        lines.append(f"  thread {task.name} {_read(task / 'comm')} state {state} {cpu} "
+                     f"wchan {_read(task / 'wchan')} syscall {_read(task / 'syscall')}")
+        lines.extend("    " + frame for frame in _read(task / "stack").splitlines())
+    return "\n".join(lines)
+
+
+def states_then_kill(root: int) -> str:
+    """The threads of `root` and its descendants, then SIGKILL to every one of them."""
+    tree = descendants(root)
+    said = "\n".join(thread_states(pid) for pid in tree)
+    for pid in reversed(tree):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return said
