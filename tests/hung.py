@@ -37,10 +37,9 @@ def thread_states(pid: int) -> str:
     stack."""
     lines = [f"process {pid}: {_read(Path(f'/proc/{pid}/cmdline')).replace(chr(0), ' ')}"]
     for task in sorted(Path(f"/proc/{pid}/task").glob("[0-9]*"), key=lambda p: int(p.name)):
-        fields = _read(task / "stat").rsplit(")", 1)[-1].split()
-        state, cpu = (fields[0], f"user {fields[11]} system {fields[12]} ticks") if len(
-            fields) > 12 else ("?", "")
-        lines.append(f"  thread {task.name} {_read(task / 'comm')} state {state} {cpu} "
+        fields = _read(task / "stat").rsplit(")", 1)[-1].split() or ["?"]
+        cpu = f"user {fields[11]} system {fields[12]} ticks" if len(fields) > 12 else ""
+        lines.append(f"  thread {task.name} {_read(task / 'comm')} state {fields[0]} {cpu} "
                      f"wchan {_read(task / 'wchan')} syscall {_read(task / 'syscall')}")
         lines.extend("    " + frame for frame in _read(task / "stack").splitlines())
     return "\n".join(lines)
