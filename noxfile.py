@@ -94,7 +94,7 @@ def guest(session: nox.Session) -> None:
     """One arm64 run, in the README's test command: the 2-thread record test and the ops
     derived from one trap per op against both traps', on the arm64 build under Debian's 6.1
     kernel (about 5 minutes once the guest image is cached)."""
-    # 600 s: these runs take 70-110 s there, with qemu on one host CPU or two (2026-12-03)
+    # 600 s: a record run takes 2-3 minutes there, both vCPUs on one host thread (2026-12-03)
     _in_guest(session, "arm64", "6.1", "arm64", (GUEST_TESTS[0], GUEST_TESTS[-1]), 600)
 
 
