@@ -178,8 +178,8 @@ def _recorder_said(summary: str) -> dict[str, float]:
             said["drain_gap_ms"] = float(words[-3])
         if line.strip().startswith("trace written") and "after the run" in line:
             said["after_s"] = float(words[2])
-            if "its CPU" in line:  # by a follower
-                said["follower_us_per_event"] = float(line.split("s (")[-1].split()[0])
+            if "its CPU" in line:  # by a follower: "its CPU 1.23 s (0.45 µs per event)"
+                said["follower_us_per_event"] = float(line.split("its CPU")[1].split()[2][1:])
         if line.strip().startswith("events "):
             said["events"] = float(words[1].rstrip(","))
             said["lost"] = float(words[3])
