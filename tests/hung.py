@@ -9,14 +9,15 @@ import os
 import signal
 from pathlib import Path
 
+from profinfer_perfetto.capture.process import process_cmdline, stat_fields, thread_name, threads
+
 
 def descendants(root: int) -> list[int]:
     """`root` and every process under it, parents first."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for proc in Path("/proc").glob("[0-9]*"):
+        if (fields := stat_fields(proc.name)) is not None:
+            children.setdefault(int(fields[1]), []).append(int(proc.name))
     tree, todo = [], [root]
     while todo:
         pid = todo.pop(0)
@@ -35,11 +36,12 @@ def _read(path: Path) -> str:
 def thread_states(pid: int) -> str:
     """One process's threads: id, name, state, CPU time so far and kernel wait, then the kernel
     stack."""
-    lines = [f"process {pid}: {_read(Path(f'/proc/{pid}/cmdline')).replace(chr(0), ' ')}"]
-    for task in sorted(Path(f"/proc/{pid}/task").glob("[0-9]*"), key=lambda p: int(p.name)):
-        fields = _read(task / "stat").rsplit(")", 1)[-1].split() or ["?"]
+    lines = [f"process {pid}: {' '.join(process_cmdline(pid))}"]
+    for tid in sorted(threads(pid)):
+        task = Path(f"/proc/{pid}/task/{tid}")
+        fields = stat_fields(f"{pid}/task/{tid}") or ["?"]
         cpu = f"user {fields[11]} system {fields[12]} ticks" if len(fields) > 12 else ""
-        lines.append(f"  thread {task.name} {_read(task / 'comm')} state {fields[0]} {cpu} "
+        lines.append(f"  thread {tid} {thread_name(pid, tid) or '?'} state {fields[0]} {cpu} "
                      f"wchan {_read(task / 'wchan')} syscall {_read(task / 'syscall')}")
         lines.extend("    " + frame for frame in _read(task / "stack").splitlines())
     return "\n".join(lines)

@@ -32,6 +32,16 @@ def status_number(task: int | str, key: str) -> int:
     return 0
 
 
+def stat_fields(task: int | str) -> list[str] | None:
+    """The fields of /proc/TASK/stat after the command name, the state first (`task`: an id,
+    or "PID/task/TID" for a thread); None once it is gone."""
+    try:
+        stat = Path(f"/proc/{task}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
 def threads(pid: int | str) -> list[int]:
     """The thread ids of process `pid` (or "self"), as /proc lists them now (none once it is
     gone)."""

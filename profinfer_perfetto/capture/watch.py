@@ -28,6 +28,7 @@ from profinfer_perfetto.analysis.elf import ElfFile
 from profinfer_perfetto.analysis.target import LOADER_SYMBOL, Probe
 from profinfer_perfetto.capture import abi
 from profinfer_perfetto.capture.events import STOP, Missed
+from profinfer_perfetto.capture.process import stat_fields
 from profinfer_perfetto.capture.program import probe_source
 from profinfer_perfetto.capture.ringbuf import RingReader
 from profinfer_perfetto.capture.session import UprobeAttacher, import_bcc
@@ -136,11 +137,8 @@ def send(tgid: int, sig: int) -> None:
 def process_state(pid: int) -> str | None:
     """A process's state as /proc/PID/stat says it (R, S, T when stopped, Z, ...); None once it
     is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2]
+    fields = stat_fields(pid)
+    return None if fields is None else fields[0]
 
 
 def loader_probe(path: Path) -> Probe:
