@@ -35,7 +35,7 @@ write   record's after-run write (spilled records read back, modelled, laid out,
         tiled in time to 10 s of capture at a busy server's 300 k events/s, in its drains.
 after   record with a real target (tiny-llama, 10,000 tokens, 1 thread pinned to one vCPU and
         2 threads, in turns): the time from the run's end to the whole trace, by --follow's
-        follower at idle priority and by the default's after-run write, against the capture's
+        follower at idle priority and by the after-run write (--no-follow), against the capture's
         duration, and the target's eval tokens/s under each.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
         Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
@@ -633,7 +633,7 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
 
 def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
     """One real `record` (the CLI) of a tiny-llama generation, with --follow or with the trace
-    written after the run (the default): how long the trace took after the run
+    written after the run (--no-follow): how long the trace took after the run
     ended and the capture's length (record's summary), and the target's own eval tokens/s."""
     import re
     import sys
@@ -644,7 +644,7 @@ def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
         command += ["-C", hex(1 << max(os.sched_getaffinity(0))), "--cpu-strict", "1"]
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record",
-                               *(["--follow"] if follower else []), "-o",
+                               "--follow" if follower else "--no-follow", "-o",
                                str(Path(tmp) / "after.pftrace"), "--", *command],
                               capture_output=True, text=True, errors="replace", check=True)
     took = re.search(r"trace written ([\d.]+) s after the run", done.stdout)

@@ -30,6 +30,11 @@ def target_cpus(pid: int) -> list[int]:
     return sorted(cpus)
 
 
+def free_of(target: Iterable[int]) -> set[int]:
+    """The CPUs the recorder may run on and a target allowed on `target` may not."""
+    return os.sched_getaffinity(0) - set(target)
+
+
 def _move_all(pid: int | str, cpus: set[int]) -> None:
     """Every thread of process `pid` ("self": this one) allowed on `cpus` only (a thread that
     just ended, or a process, aside)."""

@@ -303,7 +303,7 @@ def record(
     probe_plan: ProbePlan | None,
     on_attached: Callable[[int], None] | None = None,
     sink: Sink | None = None,
-    helpers: Sequence[int] = (),
+    helpers: Callable[[list[int]], Sequence[int]] | None = None,
 ) -> Recording:
     """Capture until the target ends, the duration passes or the recorder gets SIGINT, SIGTERM
     or SIGHUP.
@@ -312,8 +312,9 @@ def record(
     interpreter, a dlopened backend) the command is followed until one of its processes maps
     the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
     place, before the target runs on. With a `sink`, each drain goes there as it comes and the
-    Recording returned holds the run only; else it holds every record. `helpers`: processes of
-    the recorder's own (a follower) kept off a pinned target's CPUs with its threads.
+    Recording returned holds the run only; else it holds every record. `helpers(cpus)` runs
+    once the target's CPUs are known, before it runs on: the processes of the recorder's own it
+    starts for the run (a follower), which are kept off a pinned target's CPUs with its threads.
 
     A launched command is ended (SIGKILL) if anything fails or a signal comes before the
     capture begins, and (the signal passed on, or SIGTERM) if the capture fails or a signal
@@ -336,7 +337,8 @@ def record(
             try:
                 if on_attached is not None:
                     on_attached(capture.pid)
-                with kept_off(target_cpus(capture.pid), helpers) as moved:
+                cpus = target_cpus(capture.pid)
+                with kept_off(cpus, helpers(cpus) if helpers else ()) as moved:
                     capture.extra_notes += [moved] if moved else []
                     _release(launched)
                     run = capture.run(stop)

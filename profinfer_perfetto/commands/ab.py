@@ -125,12 +125,14 @@ class AbCommand:
                                  "): give a new or empty folder")
 
     def _record(self, request: RecordRequest, output: Path) -> None:
-        """One run, as `record -o OUTPUT -- COMMAND` makes it; what record and the target say
-        goes to stderr (stdout is the check's, which `--format json` keeps a JSON document)."""
+        """One run, as `record --no-follow -o OUTPUT -- COMMAND` makes it (nothing beside the
+        target it times but the drains, as when the gate's error rates were measured:
+        docs/ab.md); what record and the target say goes to stderr (stdout is the check's,
+        which `--format json` keeps a JSON document)."""
         print(f"profinfer-perfetto: ab: {output.name}: {shlex.join(request.command or [])}",
               file=sys.stderr, flush=True)
         with _stdout_to_stderr():
-            RecordCommand(request, output).run()
+            RecordCommand(request, output, follow=False).run()
         signals.raise_if_noted()  # a signal ended that capture: the pairs end with it
 
 

@@ -14,6 +14,7 @@ import typer
 
 from profinfer_perfetto.analysis.target import ProbePlan
 from profinfer_perfetto.capture import process
+from profinfer_perfetto.capture.affinity import free_of
 from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS, counter_config
 from profinfer_perfetto.capture.events import MAX_COUNTERS
 from profinfer_perfetto.capture.program import RingSizes
@@ -129,11 +130,12 @@ StreamOption = Annotated[
                  "target while it runs). Memory stays flat either way."),
 ]
 FollowOption = Annotated[
-    bool,
-    typer.Option("--follow", help="Keep the run's records on disk and have a process at idle "
-                 "priority write the trace from them while the run goes, so that it is done "
-                 "soon after the run (for a machine with a core to spare: it slows the target "
-                 "where none is; docs/record.md)."),
+    bool | None,
+    typer.Option("--follow/--no-follow", help="Have a process at idle priority write the "
+                 "trace from the run's records while the run goes, so that it is done soon "
+                 "after the run (it slows a target that leaves no core free; docs/record.md).  "
+                 "[default: where the target may not run on a CPU the recorder may]",
+                 show_default=False),
 ]
 SchedOption = Annotated[
     bool,
@@ -167,9 +169,9 @@ class RecordCommand:
     rotation: Rotation | None = None
     stream: bool = False
     """Write the trace while the run goes; else when it ends, from the records kept on disk."""
-    follow: bool = False
+    follow: bool | None = None
     """With the records kept on disk: a follower process writes the trace from them as they
-    come."""
+    come (True), never (False), or where the target leaves the recorder a CPU (None)."""
 
     @staticmethod
     def cli(command: CommandArgument = None, output: OutputOption = Path("profinfer.pftrace"),
@@ -183,7 +185,7 @@ class RecordCommand:
             rotate: RotateOption = 0, stream: StreamOption = None, sched: SchedOption = False,
             peaks_file: PeaksOption = None,
             gpu_timestamps: GpuTimestampsOption = False,
-            exact: ExactOption = False, follow: FollowOption = False) -> int:
+            exact: ExactOption = False, follow: FollowOption = None) -> int:
         """The options, checked: the command to run."""
         counters = _counters(counter)
         rotation = _rotation(max_size, rotate, json)
@@ -262,32 +264,32 @@ class RecordCommand:
 
     def _spilled(self, probe_plan: ProbePlan | None) -> int:
         """Keep the run's records on disk as they come (the default: flat memory, nothing beside
-        the target but writing them) and write the trace from them when the run ends; with
-        --follow, a follower at idle priority writes it from them as they come (where it cannot,
-        or fails, the trace is written after the run)."""
+        the target but writing them) and write the trace from them when the run ends; with a
+        follower (--follow, or where the target leaves the recorder a CPU), a process at idle
+        priority writes it from them as they come (where it cannot, or fails, the trace is
+        written after the run)."""
         spill = Spill(spill_path(self.output), len(self.request.counters))
-        follower = (Follower.start(spill.folder, len(self.request.counters)) if self.follow
-                    else None)
+        wanted = self.follow if not (self.request.sched or self.request.selection.aggregate) \
+            else False
+        following = _Following(spill.folder, len(self.request.counters), wanted)
         try:
-            helpers = (follower.proc.pid,) if isinstance(follower, Follower) else ()
-            recording = record(self.request, probe_plan, self._attached, spill, helpers)
+            recording = record(self.request, probe_plan, self._attached, spill, following)
             if (failed := spill.finish()) is not None:
                 raise ProfinferError(f"{failed}: no trace written")
             ended = time.monotonic()
-            followed = (follower.finish(recording.run, self.output)
-                        if isinstance(follower, Follower) else None)
+            followed = (following.follower.finish(recording.run, self.output)
+                        if isinstance(following.follower, Follower) else None)
             stream = None if followed is not None else self._after(spill, recording)
             took = time.monotonic() - ended
         except BaseException as exc:
-            if isinstance(follower, Follower):
-                follower.stop()
+            if isinstance(following.follower, Follower):
+                following.follower.stop()
             self._keep(spill, exc)
             raise
         spill.remove()
         if stream is not None:
             totals = report_written(stream)
-            how = "from its records" + ("" if follower is None else ", " + (
-                follower if isinstance(follower, str) else "its follower having failed"))
+            how = "from its records" + following.none_why()
         else:
             assert followed is not None
             totals = followed.totals
@@ -330,6 +332,39 @@ class RecordCommand:
               file=sys.stderr, flush=True)
 
 
+@dataclass
+class _Following:
+    """A spilled run's follower, started once the target's CPUs are known (record's
+    `helpers`): with --follow; by default where the target leaves the recorder a CPU it may
+    not use (pinned: `taskset -c 3 llama-cli ...`), where a follower costs it nothing
+    measurable (docs/record.md); with --no-follow, never."""
+
+    folder: Path
+    counters: int
+    wanted: bool | None
+    """--follow, --no-follow, or neither (None)."""
+    follower: Follower | str | None = None
+    """The follower, why there is none where one could not start, or None where none was."""
+
+    def __call__(self, cpus: list[int]) -> tuple[int, ...]:
+        """Start the follower for a target allowed on `cpus` if it is wanted: its pid."""
+        if self.wanted is False or (self.wanted is None and not free_of(cpus)):
+            return ()
+        self.follower = Follower.start(self.folder, self.counters)
+        return (self.follower.proc.pid,) if isinstance(self.follower, Follower) else ()
+
+    def none_why(self) -> str:
+        """Why the trace was written from the records by record itself, for its summary."""
+        if isinstance(self.follower, str):
+            return ", " + self.follower
+        if isinstance(self.follower, Follower):
+            return ", its follower having failed"
+        if self.wanted is None:
+            return (" (no follower: the target may run on every CPU the recorder may; "
+                    "--follow has one anyway)")
+        return ""
+
+
 def _counters(names: list[str] | None) -> list[str]:
     """--counter's names, each known, context-switches where none is given."""
     counters = list(DEFAULT_COUNTERS) if names is None else [c for c in names if c != "none"]
@@ -366,7 +401,7 @@ def _rotation(max_size: str | None, rotate: int, json: bool) -> Rotation | None:
 
 def _check_modes(rotation: Rotation | None, stream: bool | None, json: bool, sched: bool,
                  command: list[str] | None, pid: int | None, ring_pages: int, *,
-                 follow: bool = False, aggregate: bool = False) -> None:
+                 follow: bool | None = None, aggregate: bool = False) -> None:
     """The options that go together, and --ring-pages."""
     if rotation is not None and stream is False:
         raise ProfinferError("--max-size writes the trace as the run goes: leave out --no-stream")

@@ -70,14 +70,15 @@ def _follower(recorder: int) -> int | None:
     return None
 
 
-def test_the_follower_keeps_off_a_pinned_target_s_cpu(tmp_path: Path) -> None:
-    """A target pinned to one CPU: while it runs (released, not yet ended: read before and
-    after), the follower may not run there, as the recorder's own threads may not."""
+def test_a_pinned_target_gets_a_follower_that_keeps_off_its_cpu(tmp_path: Path) -> None:
+    """A target pinned to one CPU has a follower by default (no --follow), and while it runs
+    (released, not yet ended: read before and after) the follower may not run there, as the
+    recorder's own threads may not."""
     own = os.sched_getaffinity(0)
     if len(own) < 2:
         pytest.skip("one CPU: the follower has nowhere else to run")
     cpu = max(own)
-    recorder, target = start_recorder(tmp_path / "pinned.pftrace", "--follow", "--", "taskset",
+    recorder, target = start_recorder(tmp_path / "pinned.pftrace", "--", "taskset",
                                       "-c", str(cpu), *generation("tiny-llama", 2000))
     seen: list[set[int]] = []
     while recorder.poll() is None and not seen:

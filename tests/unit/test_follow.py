@@ -111,8 +111,9 @@ def test_a_thread_that_comes_late_makes_the_follower_start_over(
                                               tmp_path / "after.pftrace")
 
 
-def _record(output: Path, follow: bool = True) -> int:
-    """record's default path (the records kept on disk), with --follow or without."""
+def _record(output: Path, follow: bool | None = True) -> int:
+    """record's default path (the records kept on disk), with --follow, --no-follow or
+    neither."""
     return RecordCommand(RecordRequest(command=["llama-cli"]), output, follow=follow)._spilled(
         None)
 
@@ -132,15 +133,26 @@ def test_a_follower_that_fails_leaves_record_to_write_the_trace(
     assert sorted(tmp_path.iterdir()) == [output]
 
 
-@pytest.mark.parametrize(("follow", "how"), [
-    (False, r" s after the run, from its records\n"),
-    (True, rf" s after the run, by its follower at idle priority, which had \d+ of {DRAINS} "
-           r"drains left when the run ended; its CPU \d+\.\d\d s \(\d+\.\d\d µs per event\), peak "
-           r"memory \d+ MB\n")])
+FOLLOWED = (rf" s after the run, by its follower at idle priority, which had \d+ of {DRAINS} "
+            r"drains left when the run ended; its CPU \d+\.\d\d s \(\d+\.\d\d µs per event\), "
+            r"peak memory \d+ MB\n")
+BESIDE = [max(os.sched_getaffinity(0)) + 1]
+"""A CPU this process may not use: a target pinned there leaves the recorder all of its own."""
+
+
+@pytest.mark.parametrize(("follow", "cpus", "how"), [
+    (False, BESIDE, r" s after the run, from its records\n"),
+    (True, None, FOLLOWED),
+    (None, BESIDE, FOLLOWED),
+    (None, None, r" s after the run, from its records \(no follower: the target may run on "
+                 r"every CPU the recorder may; --follow has one anyway\)\n")])
 def test_record_says_how_the_trace_was_written(
         tmp_path: Path, rec: Recording, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str], follow: bool, how: str) -> None:
-    monkeypatch.setattr(record_module, "record", _fake_record(rec))
+        capsys: pytest.CaptureFixture[str], follow: bool | None, cpus: list[int] | None,
+        how: str) -> None:
+    """--no-follow, --follow, and neither: a follower where the target leaves the recorder a
+    CPU, none where it may run on all of the recorder's (`cpus` None)."""
+    monkeypatch.setattr(record_module, "record", _fake_record(rec, cpus=cpus))
     output = tmp_path / "run.pftrace"
     assert _record(output, follow) == 0
     said = capsys.readouterr().out
