@@ -269,8 +269,7 @@ class RecordCommand:
         priority writes it from them as they come (where it cannot, or fails, the trace is
         written after the run)."""
         spill = Spill(spill_path(self.output), len(self.request.counters))
-        wanted = self.follow if not (self.request.sched or self.request.selection.aggregate) \
-            else False
+        wanted = False if self.request.sched or self.request.selection.aggregate else self.follow
         following = _Following(spill.folder, len(self.request.counters), wanted)
         try:
             recording = record(self.request, probe_plan, self._attached, spill, following)
