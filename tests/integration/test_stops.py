@@ -172,12 +172,15 @@ def test_a_signal_while_watching_leaves_nothing_stopped(sig: int, tmp_path: Path
     assert not (tmp_path / "run.pftrace").exists()
 
 
-def _held_child(recorder: subprocess.Popen[str]) -> int:
-    """The PID of the command the recorder launched (held before its exec: `python -c HOLD`),
-    once there. Not any child: the recorder runs ldd on the command's files before it launches
-    it (a fresh clone once took ldd for the command, and found it a zombie after the recorder)."""
+def _held_child(recorder: subprocess.Popen[str], command: list[str]) -> int:
+    """The PID of the `command` the recorder launched (held before its exec: `python -c HOLD
+    FD COMMAND...`), once there. Not any child: the recorder runs ldd on the command's files
+    before it launches it (a fresh clone once took ldd for the command, and found it a zombie
+    after the recorder), and a child it forks has, until its exec, the recorder's own
+    arguments, which begin `python -c` too (RECORDER)."""
     children = Path(f"/proc/{recorder.pid}/task/{recorder.pid}/children")
-    while not (held := [pid for pid in children.read_text().split() if _argv(pid)[1:2] == ["-c"]]):
+    while not (held := [pid for pid in children.read_text().split()
+                        if _argv(pid)[1:2] == ["-c"] and _argv(pid)[4:-1] == command]):
         assert recorder.poll() is None, "the recorder ended before it launched the command"
         time.sleep(0.01)
     (pid,) = held
@@ -197,10 +200,11 @@ def test_sigterm_while_the_probes_compile_ends_the_launched_target(
     """The command is launched held before its exec, then BCC compiles the probes (seconds):
     SIGTERM meanwhile ends the command before it ran, and no trace is written."""
     out = tmp_path / "run.pftrace"
+    command = completion()
     recorder = subprocess.Popen(
-        [*RECORDER, "-o", str(out), "--", *completion()], stdout=subprocess.PIPE,
+        [*RECORDER, "-o", str(out), "--", *command], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, errors="replace")
-    child = _held_child(recorder)
+    child = _held_child(recorder, command)
     leftovers.append(child)
     recorder.send_signal(signal.SIGTERM)
     stdout, stderr = recorder.communicate(timeout=120)
