@@ -180,11 +180,17 @@ def _held_child(recorder: subprocess.Popen[str], command: list[str]) -> int:
     arguments, which begin `python -c` too (RECORDER)."""
     children = Path(f"/proc/{recorder.pid}/task/{recorder.pid}/children")
     while not (held := [pid for pid in children.read_text().split()
-                        if _argv(pid)[1:2] == ["-c"] and _argv(pid)[4:-1] == command]):
+                        if _holds(_argv(pid), command)]):
         assert recorder.poll() is None, "the recorder ended before it launched the command"
         time.sleep(0.01)
     (pid,) = held
     return int(pid)
+
+
+def _holds(argv: list[str], command: list[str]) -> bool:
+    """Whether a process's arguments (`_argv`'s, with the empty one after the last NUL) are the
+    recorder's hold of `command`: `python -c HOLD FD COMMAND...`."""
+    return argv[1:2] == ["-c"] and argv[4:-1] == command
 
 
 def _argv(pid: str) -> list[str]:
