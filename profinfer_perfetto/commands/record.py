@@ -270,25 +270,25 @@ class RecordCommand:
         written after the run)."""
         spill = Spill(spill_path(self.output), len(self.request.counters))
         wanted = False if self.request.sched or self.request.selection.aggregate else self.follow
-        following = _Following(spill.folder, len(self.request.counters), wanted)
+        follower_plan = _FollowerPlan(spill.folder, len(self.request.counters), wanted)
         try:
-            recording = record(self.request, probe_plan, self._attached, spill, following)
+            recording = record(self.request, probe_plan, self._attached, spill, follower_plan)
             if (failed := spill.finish()) is not None:
                 raise ProfinferError(f"{failed}: no trace written")
             ended = time.monotonic()
-            followed = (following.follower.finish(recording.run, self.output)
-                        if isinstance(following.follower, Follower) else None)
+            followed = (follower_plan.follower.finish(recording.run, self.output)
+                        if isinstance(follower_plan.follower, Follower) else None)
             stream = None if followed is not None else self._after(spill, recording)
             took = time.monotonic() - ended
         except BaseException as exc:
-            if isinstance(following.follower, Follower):
-                following.follower.stop()
+            if isinstance(follower_plan.follower, Follower):
+                follower_plan.follower.stop()
             self._keep(spill, exc)
             raise
         spill.remove()
         if stream is not None:
             totals = report_written(stream)
-            how = "from its records" + following.none_why()
+            how = "from its records" + follower_plan.none_why()
         else:
             assert followed is not None
             totals = followed.totals
@@ -332,7 +332,7 @@ class RecordCommand:
 
 
 @dataclass
-class _Following:
+class _FollowerPlan:
     """A spilled run's follower, started once the target's CPUs are known (record's
     `helpers`): with --follow; by default where the target leaves the recorder a CPU it may
     not use (pinned: `taskset -c 3 llama-cli ...`), where a follower costs it nothing
