@@ -146,18 +146,25 @@ def bench_query(rounds: int = 3) -> dict[str, Any]:
             "ratio_median": round(float(np.median(ratios)), 2) if ratios else None}
 
 
+def _pinned() -> list[str]:
+    """The command's prefix that pins it to the last CPU (llama.cpp's `-C MASK --cpu-strict 1`
+    pins none of its threads at one thread in its OpenMP builds: the benches that used it until
+    2026-12-03 ran their 1-thread targets unpinned)."""
+    return ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
+
+
 def _llama_bench(model: str, threads: int, record: list[str] | None) -> dict[str, float]:
     """tokens/s of llama-bench (pp 32, tg 64), alone or under `record` with these options."""
     import sys
 
     cmd = [str(assets.llama_bin("llama-bench")), "-m", str(assets.model(model)), "-p", "32",
            "-n", "64", "-t", str(threads), "-r", "1", "-o", "json"]
+    if threads == 1:  # llama.cpp on one vCPU for every run (this VM's two differ by ~25 %);
+        # the recorder stays free to run on the other
+        cmd = [*_pinned(), *cmd]
     if record is not None:
         cmd = [sys.executable, "-m", "profinfer_perfetto", "record", "-o",
                str(CACHE / "overhead.pftrace"), *record, "--", *cmd]
-    if threads == 1:  # llama.cpp on one vCPU for every run (this VM's two differ by ~25 %);
-        # the recorder stays free to run on the other
-        cmd += ["-C", hex(1 << max(os.sched_getaffinity(0))), "--cpu-strict", "1"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     doc, _, summary = out.partition("\nrecorded ")
     result = {("pp" if t["n_prompt"] else "tg"): float(t["avg_ts"]) for t in json.loads(doc)}
@@ -249,7 +256,7 @@ def _server_capture(seconds: float, clients: int, mode: str, pinned: bool = Fals
     import urllib.request
 
     port = 18_500
-    where = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] if pinned else []
+    where = _pinned() if pinned else []
     server = subprocess.Popen(
         [*where, str(assets.llama_bin("llama-server")), "-m", str(assets.model("tiny-llama")),
          "-t", "1" if pinned else "2", "-np", str(clients), "-c", str(1024 * clients), "--host",
@@ -641,7 +648,7 @@ def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
     command = completion("tiny-llama", tokens, threads, "--ignore-eos", "--context-shift", "-c",
                          "256")
     if threads == 1:  # the target on one vCPU: the other is free for the follower
-        command += ["-C", hex(1 << max(os.sched_getaffinity(0))), "--cpu-strict", "1"]
+        command = [*_pinned(), *command]
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record",
                                "--follow" if follower else "--no-follow", "-o",

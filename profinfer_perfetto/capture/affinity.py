@@ -7,27 +7,40 @@ recorder's own thread stalling a decode step, and which a check reads as interfe
 (docs/ab.md). Where the recorder may run elsewhere, its threads (and those it starts meanwhile)
 move to the CPUs the target may not use, and back once the capture ends, so the trace is
 written on every CPU after the run; so do its helper processes' (`--follow`'s follower, which
-at idle priority still took the pinned target's CPU whenever it blocked for a moment).
+at idle priority still took the pinned target's CPU whenever it blocked for a moment). The
+target's CPUs are those of its threads that ran ops, read again at every drain: llama.cpp
+pins its compute threads itself (`--cpu-mask`, at 2 threads or more) once it runs, and leaves
+its log's thread on every CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Container, Iterable, Sequence
 
 from profinfer_perfetto.capture.process import threads
 
 
-def target_cpus(pid: int) -> list[int]:
-    """The CPUs any thread of `pid` may run on."""
+def target_cpus(pid: int, ran: Container[int] = frozenset()) -> list[int]:
+    """The CPUs the threads of `pid` that ran ops (`ran`) may run on; where none of them is
+    there (none ran yet, or they ended), those any of its threads may. A runtime that pins its
+    compute threads itself (llama.cpp's `--cpu-mask`) leaves its others where they were (its
+    log's thread, a server's HTTP threads), so the CPUs of every thread would read as all."""
+    tids = threads(pid)
+    return sorted(_union([tid for tid in tids if tid in ran]) or _union(tids))
+
+
+def _union(tids: Iterable[int]) -> set[int]:
+    """The CPUs any of the threads `tids` may run on (a thread that ended aside)."""
     cpus: set[int] = set()
-    for tid in threads(pid):
+    for tid in tids:
         try:
             cpus |= os.sched_getaffinity(tid)
         except OSError:  # the thread ended
             continue
-    return sorted(cpus)
+    return cpus
 
 
 def free_of(target: Iterable[int]) -> set[int]:
@@ -43,14 +56,6 @@ def _move_all(pid: int | str, cpus: set[int]) -> None:
             os.sched_setaffinity(tid, cpus)
 
 
-def _affinity(pid: int) -> set[int] | None:
-    """The CPUs process `pid` may run on (None once it is gone)."""
-    try:
-        return os.sched_getaffinity(pid)
-    except OSError:
-        return None
-
-
 def elsewhere(own: set[int], target: set[int]) -> set[int] | None:
     """The CPUs the recorder should keep to, given its own and the target's: its own less the
     target's; None where that leaves nothing or changes nothing."""
@@ -62,24 +67,53 @@ def _listed(cpus: set[int]) -> str:
     return ("CPU " if len(cpus) == 1 else "CPUs ") + ", ".join(map(str, sorted(cpus)))
 
 
-@contextlib.contextmanager
-def kept_off(target: list[int], helpers: Iterable[int] = ()) -> Iterator[str | None]:
-    """While the block runs, the recorder's threads, and those of its `helpers` (processes of
-    its own), kept off the `target` CPUs where it has others; yields a note saying so, or None
-    where it does not move. Each goes back to the CPUs it had."""
-    own = os.sched_getaffinity(0)
-    rest = elsewhere(own, set(target))
-    if rest is None:
-        yield None
-        return
-    had = {pid: cpus for pid in helpers if (cpus := _affinity(pid)) is not None}
-    _move_all("self", rest)
-    for pid in had:
-        _move_all(pid, rest)
-    try:
-        yield (f"the recorder's threads kept off the target's CPUs ({_listed(set(target))}) "
-               f"while it ran, on {_listed(rest)}")
-    finally:
-        _move_all("self", own)
-        for pid, cpus in had.items():
-            _move_all(pid, cpus)
+class KeptOff:
+    """The recorder's threads, and those of its helpers (processes of its own), kept off the
+    target's CPUs as they are at each `look` (at the capture's begin, then at every drain: a
+    runtime that pins its threads itself does so once it runs), where it has others; each back
+    to the CPUs it had at `restore`. `helpers(cpus)` is told the target's CPUs each time they
+    change: the helpers' pids (a follower, started where it is wanted)."""
+
+    def __init__(self, helpers: Callable[[list[int]], Sequence[int]] | None = None) -> None:
+        self.own = os.sched_getaffinity(0)
+        self.helpers = helpers
+        self.helper_pids: set[int] = set()
+        """Moved with the recorder's threads, and back to the recorder's own CPUs (one started
+        once it moved has those it started with)."""
+        self.target: set[int] | None = None
+        self.began: float | None = None
+        """When the first look was (monotonic s)."""
+        self.first: tuple[set[int], set[int], float] | None = None
+        """The first move: the target's CPUs, the recorder's, and how long after the first
+        look (s; 0 at the first look itself)."""
+
+    def look(self, cpus: list[int]) -> None:
+        """Keep off `cpus` (the target's now; none: it is gone, nothing changes)."""
+        now = time.monotonic()
+        self.began = now if self.began is None else self.began
+        if not cpus or set(cpus) == self.target:
+            return
+        self.target = set(cpus)
+        self.helper_pids.update(self.helpers(cpus) if self.helpers else ())
+        rest = elsewhere(self.own, self.target)
+        self._move(rest)
+        if rest is not None and self.first is None:
+            self.first = self.target, rest, now - self.began
+
+    def _move(self, rest: set[int] | None) -> None:
+        """The recorder's threads and its helpers' to `rest`, or back to their own (None)."""
+        pids: list[int | str] = ["self", *self.helper_pids]
+        for pid in pids:
+            _move_all(pid, rest or self.own)
+
+    def restore(self) -> None:
+        self._move(None)
+
+    def note(self) -> str | None:
+        """Where the recorder kept to while the target ran, or None where it did not move."""
+        if self.first is None:
+            return None
+        target, rest, after = self.first
+        since = f", from {after:.1f} s into the capture (when it pinned them)" if after else ""
+        return (f"the recorder's threads kept off the target's CPUs ({_listed(target)}) while "
+                f"it ran, on {_listed(rest)}{since}")

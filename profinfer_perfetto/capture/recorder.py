@@ -27,7 +27,7 @@ from profinfer_perfetto.analysis.ggml import GgmlInfo
 from profinfer_perfetto.analysis.loop import BARRIER_NODE_PREFIX
 from profinfer_perfetto.analysis.target import LOOP_ENTRY, Probe, ProbePlan
 from profinfer_perfetto.capture import process
-from profinfer_perfetto.capture.affinity import kept_off, target_cpus
+from profinfer_perfetto.capture.affinity import KeptOff, target_cpus
 from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS
 from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
 from profinfer_perfetto.capture.program import RingSizes, program_text
@@ -313,8 +313,9 @@ def record(
     the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
     place, before the target runs on. With a `sink`, each drain goes there as it comes and the
     Recording returned holds the run only; else it holds every record. `helpers(cpus)` runs
-    once the target's CPUs are known, before it runs on: the processes of the recorder's own it
-    starts for the run (a follower), which are kept off a pinned target's CPUs with its threads.
+    once the target's CPUs are known, before it runs on, and again whenever they change (a
+    runtime that pins its threads once it runs): the processes of the recorder's own it starts
+    for the run (a follower), which are kept off a pinned target's CPUs with its threads.
 
     A launched command is ended (SIGKILL) if anything fails or a signal comes before the
     capture begins, and (the signal passed on, or SIGTERM) if the capture fails or a signal
@@ -337,15 +338,16 @@ def record(
             try:
                 if on_attached is not None:
                     on_attached(capture.pid)
-                cpus = target_cpus(capture.pid)
-                with kept_off(cpus, helpers(cpus) if helpers else ()) as moved:
-                    capture.extra_notes += [moved] if moved else []
-                    _release(launched)
-                    run = capture.run(stop)
+                capture.pinning = KeptOff(helpers)
+                capture.pinning.look(target_cpus(capture.pid))
+                _release(launched)
+                run = capture.run(stop)
             except BaseException:
                 if launched is not None:
                     launched.end(signal.SIGTERM)
                 raise
+            finally:
+                capture.pinning.restore()
         sched = None if run.sched_cpus is None else scheduling(kept.joined("sched"), run)
         return Recording(
             events=kept.joined("events"),
@@ -579,6 +581,8 @@ class _Capture:
         self.sched_programs: dict[int, str] = {}
         self.kernel = kernel()
         self.extra_notes: list[str] = []
+        self.pinning = KeptOff()
+        """The recorder kept off the target's CPUs (record's, with its helpers)."""
         if named and launched is not None:
             self.process_name = Path(launched.command[0]).name
             self.cmdline = redact(launched.command)
@@ -597,6 +601,7 @@ class _Capture:
         for tid in np.unique(events["tid"]).tolist():
             if tid not in self.threads:
                 self.threads[tid] = process.thread_name(self.pid, tid) or self.process_name
+        self.pinning.look(target_cpus(self.pid, self.threads))
         if self.request.selection.aggregate:
             self.op_stats.append((boot_ns(), self.session.op_stats()))
         sched = self.sched.read() if self.sched is not None else np.empty(0, SCHED)
@@ -676,7 +681,8 @@ class _Capture:
         return self.run_so_far(status, final=True)
 
     def notes(self, lost: dict[Ring, int], sched_lost: int) -> list[str]:
-        notes = list(self.probe_plan.notes) + self.extra_notes
+        pinned = self.pinning.note()
+        notes = list(self.probe_plan.notes) + self.extra_notes + ([pinned] if pinned else [])
         notes.append(traps_per_op(self.request, self.probe_plan))
         if self.request.peaks_note is not None:
             notes.append(self.request.peaks_note)

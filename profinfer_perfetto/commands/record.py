@@ -346,10 +346,10 @@ class _FollowerPlan:
     """The follower, why there is none where one could not start, or None where none was."""
 
     def __call__(self, cpus: list[int]) -> tuple[int, ...]:
-        """Start the follower for a target allowed on `cpus` if it is wanted: its pid."""
-        if self.wanted is False or (self.wanted is None and not free_of(cpus)):
-            return ()
-        self.follower = Follower.start(self.folder, self.counters)
+        """The follower's pid, for a target allowed on `cpus` now: started the first time it is
+        wanted (the target's CPUs are told again when they change)."""
+        if self.follower is None and (self.wanted or (self.wanted is None and free_of(cpus))):
+            self.follower = Follower.start(self.folder, self.counters)
         return (self.follower.proc.pid,) if isinstance(self.follower, Follower) else ()
 
     def none_why(self) -> str:

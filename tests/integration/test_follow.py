@@ -70,16 +70,9 @@ def _follower(recorder: int) -> int | None:
     return None
 
 
-def test_a_pinned_target_gets_a_follower_that_keeps_off_its_cpu(tmp_path: Path) -> None:
-    """A target pinned to one CPU has a follower by default (no --follow), and while it runs
-    (released, not yet ended: read before and after) the follower may not run there, as the
-    recorder's own threads may not."""
-    own = os.sched_getaffinity(0)
-    if len(own) < 2:
-        pytest.skip("one CPU: the follower has nowhere else to run")
-    cpu = max(own)
-    recorder, target = start_recorder(tmp_path / "pinned.pftrace", "--", "taskset",
-                                      "-c", str(cpu), *generation("tiny-llama", 2000))
+def _followers_cpus(recorder: subprocess.Popen[str], target: int) -> list[set[int]]:
+    """The CPUs the recorder's follower may run on, read once while the target runs (released,
+    not yet ended: read before and after); none if the recorder ends first."""
     seen: list[set[int]] = []
     while recorder.poll() is None and not seen:
         follower = _follower(recorder.pid)
@@ -90,7 +83,46 @@ def test_a_pinned_target_gets_a_follower_that_keeps_off_its_cpu(tmp_path: Path) 
             cpus = os.sched_getaffinity(follower)
             if process_state(target) in ("R", "S", "D"):  # still running: the capture had not ended
                 seen.append(cpus)
+    return seen
+
+
+def test_a_pinned_target_gets_a_follower_that_keeps_off_its_cpu(tmp_path: Path) -> None:
+    """A target pinned to one CPU has a follower by default (no --follow), and while it runs
+    the follower may not run there, as the recorder's own threads may not."""
+    own = os.sched_getaffinity(0)
+    if len(own) < 2:
+        pytest.skip("one CPU: the follower has nowhere else to run")
+    cpu = max(own)
+    recorder, target = start_recorder(tmp_path / "pinned.pftrace", "--", "taskset",
+                                      "-c", str(cpu), *generation("tiny-llama", 2000))
+    seen = _followers_cpus(recorder, target)
     out, err = recorder.communicate(timeout=300)
     assert recorder.returncode == 0, err
     assert "by its follower at idle priority" in out, out
+    assert seen == [own - {cpu}]
+
+
+def test_a_target_that_pins_its_compute_threads_itself_gets_a_follower_then(
+        tmp_path: Path) -> None:
+    """llama.cpp's own --cpu-mask pins its compute threads once it runs (its log's thread stays
+    on every CPU): the drain that sees it moves the recorder off that CPU and starts a follower
+    there too. Two threads on one CPU (on a machine of two there is no other way to pin and keep
+    a CPU free: llama.cpp pins none at one thread) wait for each other at every barrier, so only
+    a few tokens."""
+    own = os.sched_getaffinity(0)
+    if len(own) < 2:
+        pytest.skip("one CPU: the follower has nowhere else to run")
+    cpu = max(own)
+    recorder, target = start_recorder(
+        tmp_path / "self-pinned.pftrace", "--", *generation("tiny-llama", 6), "-C",
+        hex(1 << cpu), "--cpu-strict", "1")
+    seen = _followers_cpus(recorder, target)
+    out, err = recorder.communicate(timeout=300)
+    assert recorder.returncode == 0, err
+    assert "by its follower at idle priority" in out, out
+    rest = sorted(own - {cpu})
+    listed = ("CPU " if len(rest) == 1 else "CPUs ") + ", ".join(map(str, rest))
+    assert (f"kept off the target's CPUs (CPU {cpu}) while it ran, on {listed}, from "
+            in out), out
+    assert "s into the capture (when it pinned them)" in out, out
     assert seen == [own - {cpu}]

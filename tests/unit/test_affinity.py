@@ -6,16 +6,35 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
 
 import pytest
 
-from profinfer_perfetto.capture.affinity import elsewhere, kept_off, target_cpus
+from profinfer_perfetto.capture.affinity import KeptOff, elsewhere, target_cpus
 from profinfer_perfetto.capture.process import threads
 
 
 def _affinities() -> set[frozenset[int]]:
     """The CPU sets this process's threads may run on, as /proc lists them now."""
     return {frozenset(os.sched_getaffinity(tid)) for tid in threads("self")}
+
+
+@pytest.fixture
+def own() -> set[int]:
+    """This process's CPUs, where it has two or more to move among."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: there is nowhere to move to")
+    return cpus
+
+
+@pytest.fixture
+def helper() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of the recorder's own (a follower, here a child that sleeps)."""
+    child = subprocess.Popen(["sleep", "60"])
+    yield child
+    child.kill()
+    child.wait()
 
 
 def test_the_recorder_moves_only_where_it_has_other_cpus() -> None:
@@ -26,55 +45,101 @@ def test_the_recorder_moves_only_where_it_has_other_cpus() -> None:
     assert elsewhere({2, 3}, {1, 2}) == {3}
 
 
-def test_every_thread_moves_while_the_block_runs_and_comes_back() -> None:
-    own = os.sched_getaffinity(0)
-    if len(own) < 2:
-        pytest.skip("one CPU: there is nowhere to move to")
+def test_every_thread_moves_at_a_pinned_target_s_look_and_comes_back(own: set[int]) -> None:
     target = [max(own)]
     before = threading.Event()
     started = threading.Thread(target=before.wait, daemon=True)  # a thread from before
     started.start()
+    kept = KeptOff()
     try:
-        with kept_off(target) as note:
-            assert note is not None and f"CPU {target[0]})" in note
-            assert _affinities() == {frozenset(own - set(target))}
-            seen: list[set[int]] = []
-            new = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
-            new.start()  # a thread started meanwhile inherits the move
-            new.join()
-            assert seen == [own - set(target)]
-        assert _affinities() == {frozenset(own)}
+        kept.look(target)
+        assert _affinities() == {frozenset(own - set(target))}
+        seen: list[set[int]] = []
+        new = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        new.start()  # a thread started meanwhile inherits the move
+        new.join()
+        assert seen == [own - set(target)]
     finally:
+        kept.restore()
         before.set()
         started.join()
+    assert _affinities() == {frozenset(own)}
+    note = kept.note()
+    assert note is not None and f"CPU {target[0]})" in note and "into the capture" not in note
 
 
-def test_a_helper_process_moves_with_the_recorder_and_comes_back() -> None:
-    """--follow's follower (here a child that sleeps) keeps off the target's CPUs as the
-    recorder's threads do; a helper that is gone is passed over."""
-    own = os.sched_getaffinity(0)
-    if len(own) < 2:
-        pytest.skip("one CPU: there is nowhere to move to")
+def test_a_helper_process_moves_with_the_recorder_and_comes_back(
+        own: set[int], helper: subprocess.Popen[bytes]) -> None:
+    """A follower keeps off the target's CPUs as the recorder's threads do; a helper that is
+    gone is passed over."""
     target = [max(own)]
     gone = subprocess.Popen(["true"])
     gone.wait()
-    helper = subprocess.Popen(["sleep", "60"])
+    kept = KeptOff(lambda cpus: [helper.pid, gone.pid])
     try:
-        with kept_off(target, [helper.pid, gone.pid]) as note:
-            assert note is not None
-            assert os.sched_getaffinity(helper.pid) == own - set(target)
-        assert os.sched_getaffinity(helper.pid) == own
+        kept.look(target)
+        assert os.sched_getaffinity(helper.pid) == own - set(target)
     finally:
-        helper.kill()
-        helper.wait()
+        kept.restore()
+    assert os.sched_getaffinity(helper.pid) == own
+
+
+def test_a_target_that_pins_its_threads_later_moves_the_recorder_then(
+        own: set[int], helper: subprocess.Popen[bytes]) -> None:
+    """llama.cpp's --cpu-mask pins its compute threads once it runs: the recorder moves at the
+    drain that sees it, and its helpers are told each change of the target's CPUs."""
+    told: list[list[int]] = []
+
+    def helpers(cpus: list[int]) -> list[int]:
+        told.append(cpus)
+        return [helper.pid] if cpus != sorted(own) else []
+
+    kept = KeptOff(helpers)
+    pinned = [max(own)]
+    try:
+        kept.look(sorted(own))
+        assert os.sched_getaffinity(0) == own and kept.note() is None
+        kept.look(sorted(own))
+        kept.look([])  # the target is gone: nothing changes
+        kept.look(pinned)
+        assert os.sched_getaffinity(0) == own - set(pinned)
+        assert os.sched_getaffinity(helper.pid) == own - set(pinned)
+        kept.look(pinned)
+    finally:
+        kept.restore()
+    assert told == [sorted(own), pinned]
+    assert _affinities() == {frozenset(own)} and os.sched_getaffinity(helper.pid) == own
+    note = kept.note()
+    assert note is not None and "s into the capture (when it pinned them)" in note
 
 
 def test_no_move_where_the_target_may_use_every_cpu() -> None:
     own = os.sched_getaffinity(0)
-    with kept_off(sorted(own)) as note:
-        assert note is None
-        assert os.sched_getaffinity(0) == own
+    kept = KeptOff()
+    kept.look(sorted(own))
+    assert kept.note() is None and os.sched_getaffinity(0) == own
+    kept.restore()
 
 
-def test_the_target_s_cpus_are_its_threads_affinity() -> None:
+def test_the_target_s_cpus_are_those_of_its_threads_that_ran_ops(own: set[int]) -> None:
+    """A pinned compute thread beside threads on every CPU (llama.cpp's log thread): its CPUs;
+    where no thread that ran ops is left, every thread's."""
     assert target_cpus(os.getpid()) == sorted(set().union(*_affinities()))
+    ready, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def compute() -> None:
+        os.sched_setaffinity(0, {max(own)})
+        tids.append(threading.get_native_id())
+        ready.set()
+        done.wait()
+
+    worker = threading.Thread(target=compute)
+    worker.start()
+    ready.wait()
+    try:
+        assert target_cpus(os.getpid(), set(tids)) == [max(own)]
+        assert target_cpus(os.getpid(), {-1}) == sorted(own)  # none of them is there
+    finally:
+        done.set()
+        worker.join()
