@@ -649,13 +649,16 @@ def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
                          "256")
     if threads == 1:  # the target on one vCPU: the other is free for the follower
         command = [*_pinned(), *command]
-    with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record",
-                               "--follow" if follower else "--no-follow", "-o",
-                               str(Path(tmp) / "after.pftrace"), "--", *command],
-                              capture_output=True, text=True, errors="replace", check=True)
+    for _ in range(3):  # llama.cpp's log thread now and then loses its last lines at exit
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record",
+                                   "--follow" if follower else "--no-follow", "-o",
+                                   str(Path(tmp) / "after.pftrace"), "--", *command],
+                                  capture_output=True, text=True, errors="replace", check=True)
+        speed = re.search(r"\s eval time =.*?([\d.]+) tokens per second", done.stderr)
+        if speed is not None:
+            break
     took = re.search(r"trace written ([\d.]+) s after the run", done.stdout)
-    speed = re.search(r"\s eval time =.*?([\d.]+) tokens per second", done.stderr)
     assert took is not None and speed is not None, done.stdout + done.stderr
     said = _recorder_said(done.stdout)
     return {"after_s": float(took.group(1)), "capture_s": said["capture_s"],

@@ -299,7 +299,7 @@ class _Rows:
     def ordered(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The columns in writing order, and each row id's position in it."""
         cols = {f: self._column(f) for f in self._FIELDS}
-        order = np.lexsort((cols["key"], cols["type"] != EventType.SLICE_END, cols["ts"]))
+        order = _writing_order(cols["ts"], cols["type"] != EventType.SLICE_END, cols["key"])
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
         return {f: c[order] for f, c in cols.items()}, rank
@@ -311,6 +311,23 @@ class _Rows:
             return np.empty(0)
         return np.concatenate([part if part.ndim else part.repeat(n)
                                for part, n in zip(parts, self._sizes, strict=True)])
+
+
+def _writing_order(ts: np.ndarray, not_end: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """np.lexsort((key, not_end, ts)): by time, ends first, then by key; as one stable sort of
+    the three packed in an int64 where they fit (a chunk's time span and slice depths always
+    do), which took a quarter of the lexsort's time (2026-12-03: 1.5 ms against 5.3 for 70 k
+    rows)."""
+    if len(ts) == 0:
+        return np.empty(0, np.int64)
+    low, deepest = int(ts.min()), int(key.min())
+    key_bits = (int(key.max()) - deepest).bit_length()
+    if (int(ts.max()) - low).bit_length() + key_bits + 1 > 63:
+        return np.lexsort((key, not_end, ts))
+    packed = (((ts - low) << (key_bits + 1)) | (not_end.astype(np.int64) << key_bits)
+              | (key.astype(np.int64) - deepest))
+    order: np.ndarray = np.argsort(packed, kind="stable")
+    return order
 
 
 MAX_TABLE = 1 << 16

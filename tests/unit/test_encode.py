@@ -18,6 +18,7 @@ from profinfer_perfetto.capture.events import Kind
 from profinfer_perfetto.encode import deflate, perfetto
 from profinfer_perfetto.encode.chrome import write_chrome_json
 from profinfer_perfetto.encode.perfetto import write_perfetto
+from profinfer_perfetto.model import layout
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.names import INNER_WAIT_SLICE, PEAK_ARGS, PEAK_SLICE, WAIT_SLICE
 from profinfer_perfetto.model.trace_model import build
@@ -143,6 +144,19 @@ def test_rows_group_and_sort_by_their_keys(top: int) -> None:
         assert (code == code[i]).tolist() == [r == rows[i] for r in rows]
     key = np.unique(code, return_inverse=True)[1].reshape(-1) * (2**50 if top > 5 else 1)
     assert perfetto._stable_order(key).tolist() == np.argsort(key, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("span", [10**8, 2**62])
+def test_rows_are_written_in_lexsort_s_order(span: int) -> None:
+    """The rows' writing order is lexsort's (time, ends first, depth; ties in row order),
+    packed in one int64 or, where a time span leaves no room (2**62), by lexsort itself."""
+    rng = np.random.default_rng(2)
+    ts = rng.integers(0, span, 5000, dtype=np.int64)
+    ts[1::2] = ts[::2]  # ties
+    not_end, key = rng.integers(0, 2, 5000).astype(bool), rng.integers(-6, 7, 5000)
+    assert (layout._writing_order(ts, not_end, key).tolist()
+            == np.lexsort((key, not_end, ts)).tolist())
+    assert layout._writing_order(ts[:0], not_end[:0], key[:0]).tolist() == []
 
 
 def test_a_layout_without_events_writes_its_tracks(tmp_path: Path) -> None:
