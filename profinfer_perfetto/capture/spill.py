@@ -25,6 +25,7 @@ write, and bounds every count by the sizes of the files.
 from __future__ import annotations
 
 import fcntl
+import functools
 import io
 import json
 import os
@@ -249,7 +250,7 @@ def read_drains(folder: Path, dtypes: dict[str, np.dtype], after: int = 0) -> Dr
     """The drains written whole to a records folder, in order, but its first `after` (read
     before, from a folder a recorder still writes): those its index has but the data files lack
     (cut short) are left out, and counted."""
-    rows = _index(folder, len(dtypes))
+    rows = index_rows(folder, len(dtypes))
     files: dict[str, io.BufferedReader] = {}
     try:
         for name in dtypes:
@@ -278,8 +279,9 @@ def read_drains(folder: Path, dtypes: dict[str, np.dtype], after: int = 0) -> Dr
     return Drains(folder, files, dtypes, rows[after:whole], len(rows) - whole)
 
 
-def _index(folder: Path, kinds: int) -> np.ndarray:
-    """INDEX_FILE's whole rows (a row cut short by a kill left out)."""
+def index_rows(folder: Path, kinds: int) -> np.ndarray:
+    """INDEX_FILE's whole rows (a row cut short by a kill left out): each drain's record count
+    of each kind (drained_dtypes' order, events first)."""
     fd = _opened(folder, INDEX_FILE)
     if fd is None:
         raise ProfinferError(f"{folder} has no {INDEX_FILE}: it is not a folder of records")
@@ -430,11 +432,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _hints(dataclass_type: type) -> dict[str, Any]:
+    """A dataclass's field types, evaluated once (typing.get_type_hints compiles each of its
+    annotations' strings anew: most of a follower's CPU on a slow target, which reads the run
+    back at every drain)."""
+    return typing.get_type_hints(dataclass_type)
+
+
 def _typed(hint: Any, value: Any) -> Any:
     """`value` (from _plain, through JSON) as the type `hint` says."""
+    if type(value) is hint:  # a str, int, float or bool, as JSON gave it (most of a run)
+        return value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if isinstance(hint, type) and is_dataclass(hint):
-        hints = typing.get_type_hints(hint)
+        hints = _hints(hint)
         return hint(**{f.name: _typed(hints[f.name], value[f.name])
                        for f in fields(hint) if f.name in value})
     if origin in (types.UnionType, typing.Union):

@@ -214,6 +214,32 @@ def test_a_growing_folder_is_read_from_where_the_last_look_ended(
     assert [d.nodes.tobytes() for d in back] == [d.nodes.tobytes() for d in drains[3:]]
 
 
+def test_few_events_wait_for_take_s_and_many_are_taken_at_once(
+        rec: Recording, spill: Spill, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow target's drains (fewer than TAKE_EVENTS events) are taken once TAKE_S passed since
+    the last take, as each take reads the folder anew; TAKE_EVENTS events at the next look.
+    The clock is not waited for: the last take is set an hour ahead or TAKE_S back."""
+    following = follow.Following(spill.folder, spill.dtypes)
+    try:
+        _spilled(spill, rec, rec.run, drains=2)
+        _wait(lambda: spill.written == 2, "the spill wrote nothing")
+        following.taken = time.monotonic() + 3600  # as if it had just taken some
+        following.follow()
+        assert following.read == 0
+        following.taken = time.monotonic() - follow.TAKE_S
+        following.follow()
+        assert following.read == 2
+        for drained in synthetic.drains(rec, DRAINS)[2:5]:
+            assert spill(drained, rec.run) is None
+        _wait(lambda: spill.written == 5, "the spill wrote nothing")
+        following.taken = time.monotonic() + 3600
+        monkeypatch.setattr(follow, "TAKE_EVENTS", 1)
+        following.follow()
+        assert following.read == 5
+    finally:
+        following.stream.abandon()
+
+
 @pytest.mark.parametrize("other", [{"stream": True}, {"json": True}, {"sched": True},
                                    {"aggregate": True}, {"max_size": "1M"}])
 def test_follow_where_the_trace_is_written_otherwise_is_bad_input(other: dict[str, object]
