@@ -419,8 +419,13 @@ def run_json(run: Run) -> str:
     return json.dumps(_plain(run), sort_keys=True)
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """A dataclass tree as JSON values (dict keys as strings; _typed reads them back)."""
+    if type(value) in _SCALARS:  # most of a run, and an enum's member is none of them
+        return value
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Enum):
