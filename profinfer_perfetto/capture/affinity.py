@@ -70,16 +70,15 @@ def _listed(cpus: set[int]) -> str:
 class KeptOff:
     """The recorder's threads, and those of its helpers (processes of its own), kept off the
     target's CPUs as they are at each `look` (at the capture's begin, then at every drain: a
-    runtime that pins its threads itself does so once it runs), where it has others; each back
-    to the CPUs it had at `restore`. `helpers(cpus)` is told the target's CPUs each time they
+    runtime that pins its threads itself does so once it runs), where it has others; all back to
+    the recorder's own CPUs at `restore`. `helpers(cpus)` is told the target's CPUs each time they
     change: the helpers' pids (a follower, started where it is wanted)."""
 
     def __init__(self, helpers: Callable[[list[int]], Sequence[int]] | None = None) -> None:
         self.own = os.sched_getaffinity(0)
         self.helpers = helpers
         self.helper_pids: set[int] = set()
-        """Moved with the recorder's threads, and back to the recorder's own CPUs (one started
-        once it moved has those it started with)."""
+        """Moved with the recorder's threads, and back to the recorder's own CPUs with them."""
         self.target: set[int] | None = None
         self.began: float | None = None
         """When the first look was (monotonic s)."""
@@ -114,6 +113,7 @@ class KeptOff:
         if self.first is None:
             return None
         target, rest, after = self.first
-        since = f", from {after:.1f} s into the capture (when it pinned them)" if after else ""
+        since = (f", from {after:.1f} s into the capture (when the target pinned its threads)"
+                 if after else "")
         return (f"the recorder's threads kept off the target's CPUs ({_listed(target)}) while "
                 f"it ran, on {_listed(rest)}{since}")

@@ -124,5 +124,5 @@ def test_a_target_that_pins_its_compute_threads_itself_gets_a_follower_then(
     listed = ("CPU " if len(rest) == 1 else "CPUs ") + ", ".join(map(str, rest))
     assert (f"kept off the target's CPUs (CPU {cpu}) while it ran, on {listed}, from "
             in out), out
-    assert "s into the capture (when it pinned them)" in out, out
+    assert "s into the capture (when the target pinned its threads)" in out, out
     assert seen == [own - {cpu}]

@@ -110,7 +110,7 @@ def test_a_target_that_pins_its_threads_later_moves_the_recorder_then(
     assert told == [sorted(own), pinned]
     assert _affinities() == {frozenset(own)} and os.sched_getaffinity(helper.pid) == own
     note = kept.note()
-    assert note is not None and "s into the capture (when it pinned them)" in note
+    assert note is not None and "s into the capture (when the target pinned its threads)" in note
 
 
 def test_no_move_where_the_target_may_use_every_cpu() -> None:
