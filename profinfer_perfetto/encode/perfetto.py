@@ -16,16 +16,17 @@ order. A run written in parts (a streamed capture) goes on with the same sequenc
 part: a part's first packet on a sequence carries only the names interned since, and its clock
 counts on (new sequences when the layout's tables start over).
 
-What keeps a trace small (about 12 B per recorded event on medium-llama, one per op and thread): a
-node's description is written once per file and named by number after (DESC_ARG), counter
-samples only where a value changes, DAG flow ids from a small cycle (layout.dag_flows) written as
-varints (the deprecated `flow_ids_old` fields, which trace_processor reads where an event has no
-fixed64 ones: 1 byte an id, not 8; 15.7 B per event before), the interned names
-deflated, each sequence's packets side by side for deflate, and the fields that differ from
-event to event after those that do not: an event packet's timestamp last, and an op's name
-after its args (deflate then finds the fields a sequence's packets share in longer runs: on
-one medium-llama recording 14.3 B per event with the timestamp first and the name before the
-args, 13.2 B with the timestamp last, 12.7 B with both).
+What keeps a trace small (about 9.5 B per recorded event on medium-llama, one per op and
+thread): a node's description is written once per file and named by number after (DESC_ARG),
+counter samples only where a value changes, DAG flow ids from a small cycle that starts over at
+each graph (layout.flow_ids: an edge's id the same in every token step) written as varints (the
+deprecated `flow_ids_old` fields, which trace_processor reads where an event has no fixed64
+ones: 1 byte an id, not 8; 15.7 B per event before), the interned names deflated, each
+sequence's packets side by side for deflate, and the fields that differ from event to event
+after those that do not: an event packet's timestamp last, and an op's name after its args
+(deflate then finds the fields a sequence's packets share in longer runs: on one medium-llama
+recording 14.3 B per event with the timestamp first and the name before the args, 13.2 B with
+the timestamp last, 12.7 B with both); deflate is libdeflate's (encode/deflate.py).
 
 What keeps it fast (docs/benchmarks.md, "encoding"): no Python object per event, nor a Python
 call per node description; where the install built render.c (encode/native.py), a chunk's
