@@ -11,11 +11,24 @@ then writes them one by one, and the kernel, which reads the consumer position w
 on every reserve, then saw it for a moment as far behind the producer and refused records as
 if the ring were full (tests/integration/test_ring_reader.py); read byte by byte, a producer
 position that moves meanwhile can come out below the consumer's.
+
+The reader's loads and its store keep the order the ring's protocol needs (libbpf's reader
+keeps it with acquire loads and a release store): the producer position before the headers it
+covers, a header before the record it says is committed, the records copied before their space
+is handed back. x86-64 keeps loads in order with loads, and stores with older loads; arm64 may
+reorder them. Python has no barrier of its own, so a Fence goes between the steps: a held lock
+released and taken again. Its release is a store-release and its taking a load-acquire, which
+arm64 keeps in order with each other (POSIX has sem_post and sem_wait, on which CPython's lock
+stands, synchronize memory; CPython 3.13's own lock does it with sequentially consistent
+atomics): nothing before it moves after it, nor after it before. About 0.1 us, three per read
+of a ring that holds records.
 """
 
 from __future__ import annotations
 
 import mmap
+import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,9 +37,24 @@ _DISCARD = 1 << 30
 _HEADER = 8
 
 
+class Fence:
+    """A full memory barrier for the reader's thread (above): call it between two accesses to
+    keep them in order. One thread at a time calls it (a reader's own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def __call__(self) -> None:
+        self._lock.release()
+        self._lock.acquire()
+
+
 class RingReader:
-    def __init__(self, map_fd: int, data_size: int, record: np.dtype) -> None:
+    def __init__(self, map_fd: int, data_size: int, record: np.dtype,
+                 fence: Callable[[], None] | None = None) -> None:
         page = mmap.PAGESIZE
+        self._fence = fence or Fence()
         self._size = data_size
         self._stride = (_HEADER + record.itemsize + 7) & ~7
         self._consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -53,10 +81,13 @@ class RingReader:
             return np.empty(0, self._framed["record"])
         start = self._data_offset + (consumer & (self._size - 1))
         framed = np.frombuffer(self._producer, self._framed, count, start)
-        lengths = framed["len"]
+        self._fence()  # the producer position, then the headers below it
+        lengths = framed["len"].copy()
         busy = np.flatnonzero(lengths & _BUSY)
         ready = int(busy[0]) if busy.size else count
+        self._fence()  # the headers, then the records they say are committed
         records: np.ndarray = framed["record"][:ready][(lengths[:ready] & _DISCARD) == 0].copy()
+        self._fence()  # the records copied, then their space handed back
         self._consumer_pos[0] = consumer + ready * self._stride
         return records
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -57,9 +58,19 @@ class Ring:
         return int(at)
 
 
-def _reader(ring: Ring) -> RingReader:
+    def set_ts(self, at: int, ts: int) -> None:
+        """A record's data written again (its `ts`)."""
+        self.data[at + 8:at + 16] = struct.pack("<Q", ts)
+        self.flush()
+
+    def set_busy(self, at: int) -> None:
+        self.data[at + 3] |= 0x80
+        self.flush()
+
+
+def _reader(ring: Ring, fence: Callable[[], None] | None = None) -> RingReader:
     with ring.path.open("r+b") as f:
-        return RingReader(f.fileno(), SIZE, RECORD)  # the mappings outlive the fd
+        return RingReader(f.fileno(), SIZE, RECORD, fence)  # the mappings outlive the fd
 
 
 def _pairs(records: np.ndarray) -> list[tuple[int, int]]:
@@ -119,3 +130,40 @@ def test_records_that_wrap_past_the_end_of_the_data_pages(tmp_path: Path) -> Non
     assert _pairs(reader.read()) == [(1000, 0), (1001, 1), (1002, 2)]
     assert ring.read_consumer() == (fits + 3) * STRIDE
     reader.close()
+
+
+def test_each_step_of_a_read_comes_after_the_fence_before_it(tmp_path: Path) -> None:
+    """The fences' places, by a fence that changes the ring when called: the headers are read
+    after the first (a record made busy then is left), the records after the second (a record
+    written again then is read as it is then; a header made busy then no longer counts) and
+    the space is handed back after the third."""
+    ring = Ring(tmp_path / "ring")
+    first, second, third = (ring.reserve(ts, 1) for ts in (1, 2, 3))
+    consumers: list[int] = []
+
+    def changing() -> None:
+        step = len(consumers)
+        consumers.append(ring.read_consumer())
+        if step == 0:
+            ring.set_busy(third)
+        elif step == 1:
+            ring.set_ts(first, 10)
+            ring.set_busy(second)
+
+    reader = _reader(ring, changing)
+    assert _pairs(reader.read()) == [(10, 1), (2, 1)]
+    assert consumers == [0, 0, 0] and ring.read_consumer() == 2 * STRIDE
+    reader.close()
+
+
+def test_a_read_passes_three_fences_and_an_empty_ring_none(tmp_path: Path) -> None:
+    ring = Ring(tmp_path / "ring")
+    calls: list[None] = []
+    reader = _reader(ring, lambda: calls.append(None))
+    reader.read()
+    assert len(calls) == 0
+    ring.reserve(1, 1)
+    reader.read()
+    assert len(calls) == 3
+    reader.close()
+
