@@ -57,9 +57,8 @@ class Ring:
         (at,) = struct.unpack_from("<Q", self.path.read_bytes())
         return int(at)
 
-
     def set_ts(self, at: int, ts: int) -> None:
-        """A record's data written again (its `ts`)."""
+        """A record's data written again (its `ts`; a record that does not wrap)."""
         self.data[at + 8:at + 16] = struct.pack("<Q", ts)
         self.flush()
 
@@ -135,7 +134,7 @@ def test_records_that_wrap_past_the_end_of_the_data_pages(tmp_path: Path) -> Non
 def test_each_step_of_a_read_comes_after_the_fence_before_it(tmp_path: Path) -> None:
     """The fences' places, by a fence that changes the ring when called: the headers are read
     after the first (a record made busy then is left), the records after the second (a record
-    written again then is read as it is then; a header made busy then no longer counts) and
+    written again then is read as it is then; a header made busy then is not read again) and
     the space is handed back after the third."""
     ring = Ring(tmp_path / "ring")
     first, second, third = (ring.reserve(ts, 1) for ts in (1, 2, 3))
@@ -166,4 +165,3 @@ def test_a_read_passes_three_fences_and_an_empty_ring_none(tmp_path: Path) -> No
     reader.read()
     assert len(calls) == 3
     reader.close()
-
