@@ -39,13 +39,17 @@ _HEADER = 8
 
 class Fence:
     """A full memory barrier for the reader's thread (above): call it between two accesses to
-    keep them in order. One thread at a time calls it (a reader's own)."""
+    keep them in order. One thread at a time calls it (a reader's own). A call never raises
+    nor blocks: one cut short by a signal's exception (Interrupted, between the release and
+    the taking) leaves the lock free, and the next call takes it first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lock.acquire()
 
     def __call__(self) -> None:
+        if not self._lock.locked():
+            self._lock.acquire()
         self._lock.release()
         self._lock.acquire()
 
