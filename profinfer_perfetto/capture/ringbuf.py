@@ -20,7 +20,7 @@ reorder them. Python has no barrier of its own, so a Fence goes between the step
 released and taken again. Its release is a store-release and its taking a load-acquire, which
 arm64 keeps in order with each other (POSIX has sem_post and sem_wait, on which CPython's lock
 stands, synchronize memory; CPython 3.13's own lock does it with sequentially consistent
-atomics): nothing before it moves after it, nor after it before. About 0.15 us, three per
+atomics): nothing before it moves after it, nor after it before. About 0.2 us, three per
 read of a ring that holds records.
 """
 
