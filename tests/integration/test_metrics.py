@@ -396,12 +396,18 @@ def _waits(model: TraceModel, slices: list[Run]) -> dict[int, list[tuple[int, in
     """Per inference thread, each time it waited for a CPU, between two of its runs: all of the
     gap when it was switched out runnable (a preemption), else from its first wakeup in the gap;
     and before its first run, from its first wakeup. A wait ended by a run trace_processor does
-    not see begin stays open there, and is left out."""
+    not see begin stays open there, and is left out; so is a wakeup on a CPU that has had no
+    switch yet, which trace_processor drops (query/sched_import.py): the launched target's
+    first, by the recorder that resumes it at the capture's start, often is one."""
     assert model.sched is not None
     rec = model.sched.records
+    switches = rec[rec["kind"] == SchedKind.SWITCH]
+    first_switch = {cpu: int(switches["ts"][switches["cpu"] == cpu].min())
+                    for cpu in set(switches["cpu"].tolist())}
     wakings: dict[int, list[int]] = defaultdict(list)
-    for r in rec[rec["kind"] == SchedKind.WAKING].tolist():
-        wakings[int(r[4])].append(int(r[0]))
+    for r in rec[rec["kind"] == SchedKind.WAKING]:
+        if int(r["ts"]) >= first_switch.get(int(r["cpu"]), 1 << 64):
+            wakings[int(r["tid"])].append(int(r["ts"]))
     out_state = {(int(r[2]), int(r[0])): int(r[1])
                  for r in rec[rec["kind"] == SchedKind.SWITCH].tolist()}
     waits: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
