@@ -408,8 +408,7 @@ def _waits(model: TraceModel, slices: list[Run]) -> dict[int, list[tuple[int, in
     for r in rec[rec["kind"] == SchedKind.WAKING]:
         if int(r["ts"]) >= first_switch.get(int(r["cpu"]), 1 << 64):
             wakings[int(r["tid"])].append(int(r["ts"]))
-    out_state = {(int(r[2]), int(r[0])): int(r[1])
-                 for r in rec[rec["kind"] == SchedKind.SWITCH].tolist()}
+    out_state = {(int(r[2]), int(r[0])): int(r[1]) for r in switches.tolist()}
     waits: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)
     for tid in model.thread_ids():
         runs = sorted((b, e, seen) for t, _, b, e, seen in slices if t == tid)

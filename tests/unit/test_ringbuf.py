@@ -63,7 +63,8 @@ class Ring:
         self.flush()
 
     def set_busy(self, at: int) -> None:
-        self.data[at + 3] |= 0x80
+        """A committed record made busy again (commit's undoing)."""
+        self.data[(at + 3) % SIZE] |= 0x80
         self.flush()
 
 
