@@ -2,7 +2,9 @@
 -- While a step runs, llama.cpp's threads want every CPU they run on (they spin at barriers);
 -- between steps, an inference thread that waits for a CPU (the main thread sampling, a worker
 -- polling for the next graph) wants one too. Another task's run time on the target's CPUs at
--- such times (profinfer_contended) is time taken from the target.
+-- such times (profinfer_contended) is time taken from the target. Not seen: a launched
+-- target's wait just after it is resumed, where its CPU has no switch recorded yet
+-- (trace_processor drops a wakeup on such a CPU, and the built-in engine does the same).
 -- when empty: no other task ran on the target's CPUs during its steps, or no scheduling data
 -- in this trace (record it with --sched)
 -- One row per task, the one that took most first.
