@@ -124,9 +124,11 @@ LAYER_OPS = (  # (op, tensor role, mean ns)
 
 
 def decode_run(seed: int, steps: int = 40, layers: int = 6, slow: str | None = None,
-               factor: float = 1.10, noise: float = 0.08, speed: float = 1.0) -> Recording:
-    """One prefill and `steps` decode steps on two threads; `slow` ("MUL_MAT/Qcur") runs
-    `factor` times longer; every op takes `speed` times its usual time (a slower machine)."""
+               factor: float = 1.10, noise: float = 0.08, speed: float = 1.0,
+               gap: int = 5_000) -> Recording:
+    """One prefill and `steps` decode steps on two threads, `gap` ns apart; `slow`
+    ("MUL_MAT/Qcur") runs `factor` times longer; every op takes `speed` times its usual time
+    (a slower machine)."""
     rng = np.random.default_rng(seed)
     events: list[tuple[object, ...]] = []
     nodes: list[tuple[object, ...]] = []
@@ -153,7 +155,7 @@ def decode_run(seed: int, steps: int = 40, layers: int = 6, slow: str | None = N
         events.append(event(ts, Kind.GRAPH_END, MAIN))
         ts += 1_000
         events.append(event(ts, Kind.TOKEN_END, MAIN))
-        ts += 5_000
+        ts += gap
     events.sort(key=lambda e: (e[4], e[0]))  # by thread, then time
     rec = recording()
     rec.events = np.array(events, EVENT)

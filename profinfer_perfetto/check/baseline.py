@@ -1,7 +1,8 @@
 """A baseline: the samples `check` compares, and what the runs were made from.
 
 Samples are latency distributions in ns, keyed like `step/decode` (token-step latency),
-`window/decode` (the mean step latency of each 8 consecutive steps),
+`window/decode` (the wall time of each 8 consecutive steps, from the first one's start to the
+last one's end, over 8: the time between steps included),
 `op/decode/MUL_MAT/ffn_gate` (op instance time, all layers), `share/decode/MUL_MAT/ffn_gate`
 (per step, the op's summed node time as parts per million of the step's time: what a change to
 the op moves and a slower or faster machine, which slows every op alike, does not),
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,10 @@ from profinfer_perfetto.files import write_whole
 from profinfer_perfetto.query.engines import AUTO, EngineChoice
 from profinfer_perfetto.query.session import TraceQuery, over_traces
 
-FORMAT = "profinfer-perfetto baseline 2"
+FORMAT = "profinfer-perfetto baseline 3"
+"""3: window samples are wall time, the time between steps included (2: step latencies).
+A file of an older format is refused: its samples of a key are not those of today's."""
+FORMAT_NAME = FORMAT.rsplit(" ", 1)[0]
 SHARE = "share"
 """The key kind of an op's share of each step (parts per million of the step's time)."""
 PPM = 1_000_000
@@ -46,9 +51,13 @@ STEP_KEY = "step"
 STALLED_KEY = "interference"
 """The key kind of each step's time stalled waiting for a CPU (traces recorded with --sched)."""
 WINDOW_KEY = "window"
-"""The key kind of a phase's mean step time over WINDOW consecutive steps (one sample per
-step that starts a window): what a run sustains, which a CPU shared with another task slows
-even where its steps are too short for the median step to show it (most run untouched)."""
+"""The key kind of a phase's wall time per step over WINDOW consecutive steps, from the first
+one's start to the last one's end (one sample per step that starts a window): what a run
+sustains, which a CPU shared with another task slows even where its steps are too short for the
+median step to show it (most run untouched), and where the task runs between steps, as the
+scheduler may cut its slices there (the target's wakeup of its own log thread after each token:
+a fresh-clone test saw decode stretched 2.1x, its steps not), and which a slower sampler, that
+runs between steps too, slows as well."""
 WINDOW = 8
 MAX_SAMPLES = 20_000
 """Per key; a longer distribution is subsampled (seeded), which keeps its quantiles."""
@@ -106,7 +115,10 @@ def _is_int(value: Any) -> bool:
 def _wrong(doc: Any) -> str | None:
     """What keeps a baseline file's JSON from being a baseline, if anything."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        return f"it has no \"format\": \"{FORMAT}\""
+        older = isinstance(doc, dict) and str(doc.get("format", "")).startswith(FORMAT_NAME)
+        return (f"it is of an older format ({doc['format']:.40}, not {FORMAT}): save it "
+                "again from its traces (query TRACES --save-baseline FILE)" if older
+                else f"it has no \"format\": \"{FORMAT}\"")
     made_from, samples, shares = doc.get("made_from"), doc.get("samples"), doc.get("shares", {})
     if not isinstance(made_from, dict) or not all(isinstance(v, str) for v in made_from.values()):
         return "its made_from is not an object of strings"
@@ -162,7 +174,7 @@ def run_baseline(q: TraceQuery) -> Baseline:
     """The samples of the run in a trace."""
     record = q.recording_args()
     threads = q.sql("select max(n_threads) from profinfer_graph").rows
-    steps = q.sql("select phase, dur from profinfer_step order by step").rows
+    steps = q.sql("select step, phase, ts, dur from profinfer_step order by step").rows
     nodes = q.sql("select phase, op, role, dur from profinfer_node "
                   "where phase is not null order by graph, node").rows
     in_steps = q.sql("select s.step, s.phase, n.op, n.role, 1.0 * sum(n.dur) / max(s.dur, 1) "
@@ -173,14 +185,10 @@ def run_baseline(q: TraceQuery) -> Baseline:
                              "trace?")
     samples: dict[str, list[int]] = {}
     phase_time: dict[str, int] = {}
-    for phase, dur in steps:
+    for _, phase, _, dur in steps:
         samples.setdefault(f"{STEP_KEY}/{phase}", []).append(int(dur))
         phase_time[phase] = phase_time.get(phase, 0) + int(dur)
-    for phase in phase_time:
-        durs = np.asarray(samples[f"{STEP_KEY}/{phase}"], np.float64)
-        if len(durs) >= WINDOW:
-            means = np.convolve(durs, np.ones(WINDOW) / WINDOW, mode="valid")
-            samples[f"{WINDOW_KEY}/{phase}"] = np.rint(means).astype(int).tolist()
+    samples.update(_windows(steps))
     totals: dict[str, int] = {}
     if q.sql("select count(*) from sched").rows[0][0]:
         for phase, stalled in q.sql("select phase, stalled from profinfer_step_interference "
@@ -202,6 +210,25 @@ def run_baseline(q: TraceQuery) -> Baseline:
         "tool": str(record.get("tool", f"profinfer-perfetto {__version__}")),
     }
     return Baseline(made_from, {k: [_subsample(v)] for k, v in samples.items()}, shares)
+
+
+def _windows(steps: list[tuple[Any, ...]]) -> dict[str, list[int]]:
+    """WINDOW samples from (step, phase, ts, dur) rows in step order: for each WINDOW steps
+    of one phase with no other step between them (consecutive numbers), their span from the
+    first one's start to the last one's end, over WINDOW. A window across another phase's step
+    (a server's next prompt) or a step lost from the trace is not taken."""
+    if len(steps) < WINDOW:
+        return {}
+    number, ts, dur = (np.array([row[i] for row in steps], np.int64) for i in (0, 2, 3))
+    phase = [row[1] for row in steps]
+    joined = (np.diff(number) == 1) & np.array([a == b for a, b in pairwise(phase)])
+    breaks = np.concatenate(([0], np.cumsum(~joined)))
+    starts = np.flatnonzero(breaks[WINDOW - 1:] == breaks[:len(steps) - WINDOW + 1])
+    spans = (ts[starts + WINDOW - 1] + dur[starts + WINDOW - 1] - ts[starts]) / WINDOW
+    samples: dict[str, list[int]] = {}
+    for start, span in zip(starts.tolist(), np.rint(spans).astype(int).tolist(), strict=True):
+        samples.setdefault(f"{WINDOW_KEY}/{phase[start]}", []).append(span)
+    return samples
 
 
 def _per_step(rows: list[tuple[Any, ...]]) -> dict[str, list[int]]:

@@ -11,8 +11,8 @@
 
     [[rule]]
     name = "decode step latency"
-    keys = "step/decode"  # a pattern (fnmatch) over keys: step/PHASE, window/PHASE (the mean
-                          # of each 8 consecutive steps), op/PHASE/OP/ROLE,
+    keys = "step/decode"  # a pattern (fnmatch) over keys: step/PHASE, window/PHASE (the wall
+                          # time of each 8 consecutive steps over 8), op/PHASE/OP/ROLE,
                           # share/PHASE/OP/ROLE (the op's share of each step),
                           # rel/PHASE/OP/ROLE (per step, the op's time over that of its
                           # op's other nodes),
@@ -77,8 +77,9 @@ class Settings:
 DEFAULT_RULES = (
     Rule("decode step latency", "step/decode", 0.05),
     # What a run sustains: a CPU shared with another task stretches a few steps in each
-    # scheduler slice, which moves the mean of 8 steps and not the median step (bench gate).
-    Rule("decode latency over 8 steps", "window/decode", 0.10),
+    # scheduler slice, or the time between them, which moves the wall time of 8 steps and not
+    # the median step (bench gate, docs/check.md).
+    Rule("decode time per step over 8 steps", "window/decode", 0.10),
     Rule("prefill latency", "step/prefill", 0.10),
     # Ops by their time against the other nodes of their op in the same step, not their
     # absolute time: a slower or busier machine slows every op alike (runs of one command here

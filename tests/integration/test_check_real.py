@@ -50,9 +50,11 @@ def test_a_busy_loop_on_the_targets_cpu_fails_the_check(
     owed and not be touched: bench gate saw it once in 5), so the scheduler shares the CPU
     between the two and the decode waits for it. That fails the check against a run made
     without the loop, through the time `record --sched` sees as stalled (the default rule on
-    its mean) or the steps' own latency: which one depends on how the scheduler cut the slices
-    (a fresh-clone run once saw decode steps 39 % slower with 2 us of stall a step), so either
-    counts. Only the target is pinned, as bench gate does."""
+    its mean), the steps' own latency or the wall time of 8 steps: which one depends on where
+    the scheduler cut the slices (a fresh-clone run once saw decode steps 39 % slower with 2 us
+    of stall a step; another cut them all between steps, where the target wakes its log
+    thread, and its steps were 1.4 % slower, stalled 1.3 us each, its decode 2.1x as long), so
+    any counts. Only the target is pinned, as bench gate does."""
     cpu = max(os.sched_getaffinity(0))
     command = ["taskset", "-c", str(cpu), *completion(llama, model("tiny-llama"), 1, n=256)]
 
@@ -73,4 +75,4 @@ def test_a_busy_loop_on_the_targets_cpu_fails_the_check(
     assert result.returncode == 1, result.stdout + result.stderr
     failed = {line.split()[0] for line in result.stdout.splitlines()
               if line.endswith(" regression")}
-    assert failed & {"interference/decode", "step/decode"}, result.stdout
+    assert failed & {"interference/decode", "step/decode", "window/decode"}, result.stdout

@@ -10,15 +10,24 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from profinfer_perfetto.check.baseline import PPM, WINDOW, WINDOW_KEY, Baseline, from_traces
+from profinfer_perfetto.check.baseline import (
+    FORMAT,
+    PPM,
+    WINDOW,
+    WINDOW_KEY,
+    Baseline,
+    _windows,
+    from_traces,
+)
 from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings, load_rules
 from profinfer_perfetto.check.stats import common_spread, median_change, run_noise, run_spread
-from profinfer_perfetto.check.verdict import compare
+from profinfer_perfetto.check.verdict import REGRESSION, compare
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
 from profinfer_perfetto.query.engines import EngineChoice
+from profinfer_perfetto.query.session import TraceQuery
 from tests import synthetic
 from tests.conftest import Cli
 
@@ -110,6 +119,8 @@ def test_a_baseline_from_another_setup_warns(cli: Cli, runs: dict[str, Path],
         ("missing", "no baseline at"),
         ("malformed", "is not a profinfer-perfetto baseline"),
         ("disjoint", "share no metric: they are not comparable"),
+        ("older", "is of an older format (profinfer-perfetto baseline 2, not profinfer-perfetto "
+                  "baseline 3): save it again from its traces"),
         ("bad_rules", "is not valid TOML"),
         ("unknown_rule_key", "unknown setting 'treshold'"),
     ],
@@ -121,8 +132,11 @@ def test_bad_input(cli: Cli, runs: dict[str, Path], tmp_path: Path, setup: str,
     if setup == "malformed":
         baseline.write_text('{"samples": 3}')
     elif setup == "disjoint":
+        baseline.write_text(json.dumps({"format": FORMAT, "made_from": {},
+                                        "samples": {"op/x/y/z": [[1, 2]]}}))
+    elif setup == "older":
         baseline.write_text(json.dumps({"format": "profinfer-perfetto baseline 2",
-                                        "made_from": {}, "samples": {"op/x/y/z": [[1, 2]]}}))
+                                        "made_from": {}, "samples": {"step/decode": [[1, 2]]}}))
     elif setup in ("bad_rules", "unknown_rule_key"):
         cli("query", runs["base"], "--save-baseline", baseline, *B)
         rules = tmp_path / "rules.toml"
@@ -311,15 +325,43 @@ def test_a_rule_with_an_unknown_statistic_is_bad_input(tmp_path: Path) -> None:
         load_rules(rules)
 
 
-def test_a_window_sample_is_the_mean_of_consecutive_steps(runs: dict[str, Path]) -> None:
+def test_a_window_sample_is_the_wall_time_of_consecutive_steps(runs: dict[str, Path]) -> None:
     """window/decode: one sample per step that starts WINDOW consecutive decode steps, their
-    mean; what a run sustains, judged by the default rules."""
+    span from the first one's start to the last one's end over WINDOW, the time between them
+    included; what a run sustains, judged by the default rules. The prefill step starts no
+    window of decode steps."""
     base = from_traces([runs["base"]], EngineChoice("builtin"))
-    steps = base.samples["step/decode"][0]
+    with TraceQuery(runs["base"], EngineChoice("builtin")) as q:
+        steps = q.sql("select ts, ts + dur from profinfer_step where phase = 'decode' "
+                      "order by step").rows
     windows = base.samples[f"{WINDOW_KEY}/decode"][0]
     assert len(windows) == len(steps) - WINDOW + 1
-    assert windows == [round(sum(steps[i:i + WINDOW]) / WINDOW) for i in range(len(windows))]
+    assert windows == [round((steps[i + WINDOW - 1][1] - steps[i][0]) / WINDOW)
+                       for i in range(len(windows))]
+    assert f"{WINDOW_KEY}/prefill" not in base.samples  # one prefill step
     assert any(r.keys == f"{WINDOW_KEY}/decode" for r in DEFAULT_RULES)
+
+
+def test_a_window_spans_steps_of_one_phase_with_none_between() -> None:
+    """Rows of (step, phase, ts, dur): a window is WINDOW steps numbered one after another,
+    all of its phase; none spans the prefill step between two decode runs (a server's next
+    prompt) or step 20, which the trace lost."""
+    rows = [(i, "prefill" if i == 10 else "decode", i * 1_000, 600) for i in range(30) if i != 20]
+    windows = _windows(rows)
+    starts = [*range(0, 3), *range(11, 13), *range(21, 23)]
+    assert windows == {f"{WINDOW_KEY}/decode": [round((7_000 + 600) / WINDOW)] * len(starts)}
+
+
+def test_steps_as_long_but_further_apart_fail_the_window_rule(tmp_path: Path) -> None:
+    """A run whose token steps last as long as the baseline's, with the target kept off its
+    CPU between them (a busy loop given the CPU where the target wakes its log thread after a
+    token): its decode steps pass, and the window rule, which sees the time between them, fails
+    it."""
+    base = from_traces([trace(tmp_path, "base", seed=1)], EngineChoice("builtin"))
+    apart = from_traces([trace(tmp_path, "apart", seed=1, gap=500_000)], EngineChoice("builtin"))
+    result = compare(base, apart, DEFAULT_RULES, Settings())
+    assert {v.key for v in result.verdicts if v.verdict == REGRESSION} == {"window/decode"}
+    assert base.samples["step/decode"] == apart.samples["step/decode"]
 
 
 def test_a_rel_sample_is_an_ops_time_against_its_kinds_other_nodes(
