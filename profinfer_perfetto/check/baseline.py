@@ -33,7 +33,7 @@ from profinfer_perfetto.query.session import TraceQuery, over_traces
 
 FORMAT = "profinfer-perfetto baseline 3"
 """3: window samples are wall time, the time between steps included (2: step latencies).
-A file of an older format is refused: its samples of a key are not those of today's."""
+A file of another format is refused: its samples of a key are not those of this one."""
 FORMAT_NAME = FORMAT.rsplit(" ", 1)[0]
 SHARE = "share"
 """The key kind of an op's share of each step (parts per million of the step's time)."""
@@ -115,9 +115,9 @@ def _is_int(value: Any) -> bool:
 def _wrong(doc: Any) -> str | None:
     """What keeps a baseline file's JSON from being a baseline, if anything."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        older = isinstance(doc, dict) and str(doc.get("format", "")).startswith(FORMAT_NAME)
-        return (f"it is of an older format ({doc['format']:.40}, not {FORMAT}): save it "
-                "again from its traces (query TRACES --save-baseline FILE)" if older
+        other = isinstance(doc, dict) and str(doc.get("format", "")).startswith(FORMAT_NAME)
+        return (f"it is of another version's format ({doc['format']:.40}, not {FORMAT}): "
+                "save it again from its traces (query TRACES --save-baseline FILE)" if other
                 else f"it has no \"format\": \"{FORMAT}\"")
     made_from, samples, shares = doc.get("made_from"), doc.get("samples"), doc.get("shares", {})
     if not isinstance(made_from, dict) or not all(isinstance(v, str) for v in made_from.values()):
