@@ -115,8 +115,9 @@ def _is_int(value: Any) -> bool:
 def _wrong(doc: Any) -> str | None:
     """What keeps a baseline file's JSON from being a baseline, if anything."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        other = isinstance(doc, dict) and str(doc.get("format", "")).startswith(FORMAT_NAME)
-        return (f"it is of another version's format ({doc['format']:.40}, not {FORMAT}): "
+        named = doc.get("format") if isinstance(doc, dict) else None
+        other = isinstance(named, str) and named.startswith(FORMAT_NAME)
+        return (f"it is of another version's format ({named!r:.40}, not {FORMAT}): "
                 "save it again from its traces (query TRACES --save-baseline FILE)" if other
                 else f"it has no \"format\": \"{FORMAT}\"")
     made_from, samples, shares = doc.get("made_from"), doc.get("samples"), doc.get("shares", {})

@@ -119,7 +119,7 @@ def test_a_baseline_from_another_setup_warns(cli: Cli, runs: dict[str, Path],
         ("missing", "no baseline at"),
         ("malformed", "is not a profinfer-perfetto baseline"),
         ("disjoint", "share no metric: they are not comparable"),
-        ("older", "is of another version's format (profinfer-perfetto baseline 2, not "
+        ("older", "is of another version's format ('profinfer-perfetto baseline 2', not "
                   "profinfer-perfetto baseline 3): save it again from its traces"),
         ("bad_rules", "is not valid TOML"),
         ("unknown_rule_key", "unknown setting 'treshold'"),
