@@ -48,6 +48,13 @@ def free_of(target: Iterable[int]) -> set[int]:
     return os.sched_getaffinity(0) - set(target)
 
 
+def leaves_a_cpu(target: Iterable[int], threads: int) -> bool:
+    """Whether a target allowed on `target`, computing on `threads` threads (0: not known yet),
+    leaves a CPU the recorder may run on free: one it may not use (pinned), or more of them than
+    it computes on (`-t 4` on a board of 8 cores)."""
+    return bool(free_of(target)) or 0 < threads < len(os.sched_getaffinity(0) & set(target))
+
+
 def _move_all(pid: int | str, cpus: set[int]) -> None:
     """Every thread of process `pid` ("self": this one) allowed on `cpus` only (a thread that
     just ended, or a process, aside)."""
@@ -71,31 +78,37 @@ class KeptOff:
     """The recorder's threads, and those of its helpers (processes of its own), kept off the
     target's CPUs as they are at each `look` (at the capture's begin, then at every drain: a
     runtime that pins its threads itself does so once it runs), where it has others; all back to
-    the recorder's own CPUs at `restore`. `helpers(cpus)` is told the target's CPUs each time they
-    change: the helpers' pids (a follower, started where it is wanted)."""
+    the recorder's own CPUs at `restore`. `helpers(cpus, threads)` is told the target's CPUs and
+    compute threads each time they change: the helpers' pids (a follower, started where it is
+    wanted)."""
 
-    def __init__(self, helpers: Callable[[list[int]], Sequence[int]] | None = None) -> None:
+    def __init__(self, helpers: Callable[[list[int], int], Sequence[int]] | None = None
+                 ) -> None:
         self.own = os.sched_getaffinity(0)
         self.helpers = helpers
         self.helper_pids: set[int] = set()
         """Moved with the recorder's threads, and back to the recorder's own CPUs with them."""
         self.target: set[int] | None = None
+        self.threads = 0
+        """The target's compute threads as last told (0: not known yet)."""
         self.began: float | None = None
         """When the first look was (monotonic s)."""
         self.first: tuple[set[int], set[int], float] | None = None
         """The first move: the target's CPUs, the recorder's, and how long after the first
         look (s; 0 at the first look itself)."""
 
-    def look(self, cpus: list[int]) -> None:
-        """Keep off `cpus` (the target's now; none: it is gone, nothing changes)."""
+    def look(self, cpus: list[int], threads: int = 0) -> None:
+        """Keep off `cpus` (the target's now; none: it is gone, nothing changes), where it
+        computes on `threads` threads (0: not known yet)."""
         now = time.monotonic()
         self.began = now if self.began is None else self.began
-        if not cpus or set(cpus) == self.target:
+        if not cpus or (set(cpus), threads) == (self.target, self.threads):
             return
-        self.target = set(cpus)
-        self.helper_pids.update(self.helpers(cpus) if self.helpers else ())
+        self.target, self.threads = set(cpus), threads
         rest = elsewhere(self.own, self.target)
-        self._move(rest)
+        self._move(rest)  # first: a helper started now is forked where this thread may run
+        self.helper_pids.update(self.helpers(cpus, threads) if self.helpers else ())
+        self._move(rest)  # and one that was started elsewhere goes there too
         if rest is not None and self.first is None:
             self.first = self.target, rest, now - self.began
 

@@ -136,6 +136,13 @@ def event_dtype(counters: int) -> np.dtype:
     )
 
 
+def compute_threads(events: np.ndarray) -> int:
+    """The most threads that a CPU graph beginning among `events` computes on (a GRAPH_BEGIN's
+    `arg1`: its node count, and its threads above bit 32); 0 where none began."""
+    began = events[(events["kind"] == Kind.GRAPH_BEGIN) & (events["aux"] == Backend.CPU)]
+    return int((began["arg1"] >> 32).max(initial=0))
+
+
 SRC = np.dtype(
     [
         ("ptr", "<u8"),

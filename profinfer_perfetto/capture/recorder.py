@@ -29,7 +29,7 @@ from profinfer_perfetto.analysis.target import LOOP_ENTRY, Probe, ProbePlan
 from profinfer_perfetto.capture import process
 from profinfer_perfetto.capture.affinity import KeptOff, target_cpus
 from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS
-from profinfer_perfetto.capture.events import SCHED, Ring, StopReason
+from profinfer_perfetto.capture.events import SCHED, Ring, StopReason, compute_threads
 from profinfer_perfetto.capture.program import RingSizes, program_text
 from profinfer_perfetto.capture.redact import redact
 from profinfer_perfetto.capture.run import (
@@ -303,7 +303,7 @@ def record(
     probe_plan: ProbePlan | None,
     on_attached: Callable[[int], None] | None = None,
     sink: Sink | None = None,
-    helpers: Callable[[list[int]], Sequence[int]] | None = None,
+    helpers: Callable[[list[int], int], Sequence[int]] | None = None,
 ) -> Recording:
     """Capture until the target ends, the duration passes or the recorder gets SIGINT, SIGTERM
     or SIGHUP.
@@ -312,10 +312,11 @@ def record(
     interpreter, a dlopened backend) the command is followed until one of its processes maps
     the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
     place, before the target runs on. With a `sink`, each drain goes there as it comes and the
-    Recording returned holds the run only; else it holds every record. `helpers(cpus)` runs
-    once the target's CPUs are known, before it runs on, and again whenever they change (a
-    runtime that pins its threads once it runs): the processes of the recorder's own it starts
-    for the run (a follower), which are kept off a pinned target's CPUs with its threads.
+    Recording returned holds the run only; else it holds every record. `helpers(cpus,
+    threads)` runs once the target's CPUs are known, before it runs on, and again whenever they
+    or its compute threads change (a runtime that pins its threads once it runs; the threads are
+    known from its first graph on, 0 before): the processes of the recorder's own it starts for
+    the run (a follower), which are kept off a pinned target's CPUs with its threads.
 
     A launched command is ended (SIGKILL) if anything fails or a signal comes before the
     capture begins, and (the signal passed on, or SIGTERM) if the capture fails or a signal
@@ -577,6 +578,8 @@ class _Capture:
         self.pid, self.launched, self.sched, self.sink = pid, launched, sched, sink
         self.op_stats: list[tuple[int, np.ndarray]] = []
         self.threads: dict[int, str] = {}
+        self.compute_threads = 0
+        """The most threads a graph of the target's computed on so far (0: none began yet)."""
         self.sched_tasks: dict[int, Task] = {}
         self.sched_programs: dict[int, str] = {}
         self.kernel = kernel()
@@ -601,7 +604,8 @@ class _Capture:
         for tid in np.unique(events["tid"]).tolist():
             if tid not in self.threads:
                 self.threads[tid] = process.thread_name(self.pid, tid) or self.process_name
-        self.pinning.look(target_cpus(self.pid, self.threads))
+        self.compute_threads = max(self.compute_threads, compute_threads(events))
+        self.pinning.look(target_cpus(self.pid, self.threads), self.compute_threads)
         if self.request.selection.aggregate:
             self.op_stats.append((boot_ns(), self.session.op_stats()))
         sched = self.sched.read() if self.sched is not None else np.empty(0, SCHED)

@@ -14,7 +14,7 @@ import typer
 
 from profinfer_perfetto.analysis.target import ProbePlan
 from profinfer_perfetto.capture import process
-from profinfer_perfetto.capture.affinity import free_of
+from profinfer_perfetto.capture.affinity import leaves_a_cpu
 from profinfer_perfetto.capture.counters import DEFAULT_COUNTERS, counter_config
 from profinfer_perfetto.capture.events import MAX_COUNTERS
 from profinfer_perfetto.capture.program import RingSizes
@@ -334,9 +334,10 @@ class RecordCommand:
 @dataclass
 class _FollowerPlan:
     """A spilled run's follower, started once the target's CPUs are known (record's
-    `helpers`): with --follow; by default where the target leaves the recorder a CPU it may
-    not use (pinned: `taskset -c 3 llama-cli ...`), where a follower costs it nothing
-    measurable (docs/record.md); with --no-follow, never."""
+    `helpers`): with --follow; by default where the target leaves the recorder a CPU free, one
+    it may not use (pinned: `taskset -c 3 llama-cli ...`) or one its compute threads leave (`-t
+    4` on 8 cores: known from its first graph on), where a follower costs it nothing measurable
+    (docs/record.md); with --no-follow, never."""
 
     folder: Path
     counters: int
@@ -345,10 +346,11 @@ class _FollowerPlan:
     follower: Follower | str | None = None
     """The follower, why there is none where one could not start, or None where none was."""
 
-    def __call__(self, cpus: list[int]) -> tuple[int, ...]:
-        """The follower's pid, for a target allowed on `cpus` now: started the first time it is
-        wanted (the target's CPUs are told again when they change)."""
-        if self.follower is None and (self.wanted or (self.wanted is None and free_of(cpus))):
+    def __call__(self, cpus: list[int], threads: int) -> tuple[int, ...]:
+        """The follower's pid, for a target allowed on `cpus` now and computing on `threads`:
+        started the first time it is wanted (both are told again when they change)."""
+        if self.follower is None and (self.wanted or (self.wanted is None
+                                                      and leaves_a_cpu(cpus, threads))):
             self.follower = Follower.start(self.folder, self.counters)
         return (self.follower.proc.pid,) if isinstance(self.follower, Follower) else ()
 
@@ -359,7 +361,7 @@ class _FollowerPlan:
         if isinstance(self.follower, Follower):
             return ", its follower having failed"
         if self.wanted is None:
-            return (" (no follower: the target may run on every CPU the recorder may; "
+            return (" (no follower: the target may compute on every CPU the recorder may; "
                     "--follow has one anyway)")
         return ""
 

@@ -102,6 +102,24 @@ def test_a_pinned_target_gets_a_follower_that_keeps_off_its_cpu(tmp_path: Path) 
     assert seen == [own - {cpu}]
 
 
+def test_a_target_computing_on_fewer_threads_than_cpus_gets_a_follower(tmp_path: Path) -> None:
+    """Not pinned, one compute thread on a machine of two CPUs or more: its first graph says so,
+    and a follower comes by default (the CPU its thread leaves is the follower's), not moved:
+    the target may run anywhere, so the recorder is not kept off any CPU either."""
+    own = os.sched_getaffinity(0)
+    if len(own) < 2:
+        pytest.skip("one CPU: a thread leaves none free")
+    command = generation("tiny-llama", 2000)
+    command[command.index("-t") + 1] = "1"
+    recorder, target = start_recorder(tmp_path / "one-thread.pftrace", "--", *command)
+    seen = _followers_cpus(recorder, target)
+    out, err = recorder.communicate(timeout=300)
+    assert recorder.returncode == 0, err
+    assert "by its follower at idle priority" in out, out
+    assert "kept off" not in out, out
+    assert seen == [own]
+
+
 def test_a_target_that_pins_its_compute_threads_itself_gets_a_follower_then(
         tmp_path: Path) -> None:
     """llama.cpp's own --cpu-mask pins its compute threads once it runs (its log's thread stays

@@ -10,8 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from profinfer_perfetto.capture.affinity import KeptOff, elsewhere, target_cpus
+from profinfer_perfetto.capture.affinity import KeptOff, elsewhere, leaves_a_cpu, target_cpus
+from profinfer_perfetto.capture.events import Kind, compute_threads
 from profinfer_perfetto.capture.process import threads
+from tests import synthetic
 
 
 def _affinities() -> set[frozenset[int]]:
@@ -75,7 +77,7 @@ def test_a_helper_process_moves_with_the_recorder_and_comes_back(
     target = [max(own)]
     gone = subprocess.Popen(["true"])
     gone.wait()
-    kept = KeptOff(lambda cpus: [helper.pid, gone.pid])
+    kept = KeptOff(lambda cpus, threads: [helper.pid, gone.pid])
     try:
         kept.look(target)
         assert os.sched_getaffinity(helper.pid) == own - set(target)
@@ -90,7 +92,7 @@ def test_a_target_that_pins_its_threads_later_moves_the_recorder_then(
     drain that sees it, and its helpers are told each change of the target's CPUs."""
     told: list[list[int]] = []
 
-    def helpers(cpus: list[int]) -> list[int]:
+    def helpers(cpus: list[int], threads: int) -> list[int]:
         told.append(cpus)
         return [helper.pid] if cpus != sorted(own) else []
 
@@ -111,6 +113,50 @@ def test_a_target_that_pins_its_threads_later_moves_the_recorder_then(
     assert _affinities() == {frozenset(own)} and os.sched_getaffinity(helper.pid) == own
     note = kept.note()
     assert note is not None and "s into the capture (when the target pinned its threads)" in note
+
+
+def test_a_cpu_is_left_where_the_target_is_pinned_off_one_or_computes_on_fewer(
+        own: set[int]) -> None:
+    """leaves_a_cpu: pinned off one of the recorder's CPUs, or fewer compute threads than the
+    CPUs it shares with the recorder; not while its threads are not known (0) or as many."""
+    every = sorted(own)
+    assert leaves_a_cpu(every[1:], 0) and leaves_a_cpu(every[1:], len(own))
+    assert leaves_a_cpu(every, 1) and leaves_a_cpu(every, len(own) - 1)
+    assert not leaves_a_cpu(every, 0)  # no graph yet: its threads are not known
+    assert not leaves_a_cpu(every, len(own)) and not leaves_a_cpu(every, len(own) + 2)
+    beyond = max(own) + 1  # a CPU the recorder may not use leaves it none
+    assert not leaves_a_cpu([*every, beyond], len(own))
+
+
+def test_a_target_s_compute_threads_are_its_cpu_graphs_own_count() -> None:
+    """The most threads its CPU graphs said (the synthetic runs' graphs: 2), not a GPU split's
+    (one thread, the caller's); 0 where no graph began."""
+    assert compute_threads(synthetic.recording().events) == 2
+    assert compute_threads(synthetic.decode_run(1, steps=2).events) == 2
+    assert compute_threads(synthetic.vulkan_step().events) == 0
+    events = synthetic.recording().events
+    assert compute_threads(events[events["kind"] != Kind.GRAPH_BEGIN]) == 0
+
+
+def test_helpers_are_told_when_the_target_s_compute_threads_become_known(own: set[int]) -> None:
+    """The threads come with the target's first graph, its CPUs unchanged: the helpers are told
+    again (a follower is wanted from then on), and not while neither changes."""
+    told: list[tuple[list[int], int]] = []
+
+    def helpers(cpus: list[int], threads: int) -> list[int]:
+        told.append((cpus, threads))
+        return []
+
+    kept = KeptOff(helpers)
+    try:
+        kept.look(sorted(own))
+        kept.look(sorted(own), 0)
+        kept.look(sorted(own), 1)
+        kept.look(sorted(own), 1)
+    finally:
+        kept.restore()
+    assert told == [(sorted(own), 0), (sorted(own), 1)]
+    assert kept.note() is None and os.sched_getaffinity(0) == own
 
 
 def test_no_move_where_the_target_may_use_every_cpu() -> None:

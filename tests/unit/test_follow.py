@@ -140,19 +140,28 @@ BESIDE = [max(os.sched_getaffinity(0)) + 1]
 """A CPU this process may not use: a target pinned there leaves the recorder all of its own."""
 
 
-@pytest.mark.parametrize(("follow", "cpus", "how"), [
-    (False, BESIDE, r" s after the run, from its records\n"),
-    (True, None, FOLLOWED),
-    (None, BESIDE, FOLLOWED),
-    (None, None, r" s after the run, from its records \(no follower: the target may run on "
-                 r"every CPU the recorder may; --follow has one anyway\)\n")])
+OWN = len(os.sched_getaffinity(0))
+"""The CPUs this process may use: a target computing on as many threads leaves none free."""
+NONE_FREE = (r" s after the run, from its records \(no follower: the target may compute on "
+             r"every CPU the recorder may; --follow has one anyway\)\n")
+
+
+@pytest.mark.parametrize(("follow", "cpus", "threads", "how"), [
+    (False, BESIDE, 0, r" s after the run, from its records\n"),
+    (True, None, OWN, FOLLOWED),
+    (None, BESIDE, 0, FOLLOWED),
+    pytest.param(None, None, OWN - 1, FOLLOWED,
+                 marks=pytest.mark.skipif(OWN < 2, reason="one CPU: none to leave free")),
+    (None, None, OWN, NONE_FREE),
+    (None, None, 0, NONE_FREE)])
 def test_record_says_how_the_trace_was_written(
         tmp_path: Path, rec: Recording, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], follow: bool | None, cpus: list[int] | None,
-        how: str) -> None:
+        threads: int, how: str) -> None:
     """--no-follow, --follow, and neither: a follower where the target leaves the recorder a
-    CPU, none where it may run on all of the recorder's (`cpus` None)."""
-    monkeypatch.setattr(record_module, "record", _fake_record(rec, cpus=cpus))
+    CPU (pinned beside it, or computing on fewer threads than the recorder's CPUs), none where
+    it may compute on all of the recorder's (`cpus` None) or its threads are not known (0)."""
+    monkeypatch.setattr(record_module, "record", _fake_record(rec, cpus=cpus, threads=threads))
     output = tmp_path / "run.pftrace"
     assert _record(output, follow) == 0
     said = capsys.readouterr().out

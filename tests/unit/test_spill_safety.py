@@ -52,15 +52,16 @@ def _left(rec: Recording, output: Path, drains: int = 7) -> Path:
 
 
 def _fake_record(rec: Recording, fail: BaseException | None = None, drains: int = 7,
-                 cpus: list[int] | None = None) -> Callable[..., Recording]:
+                 cpus: list[int] | None = None, threads: int = 0) -> Callable[..., Recording]:
     """record() as a capture of `rec`'s first `drains` drains would go (raising `fail` after
-    them), of a target allowed on `cpus` (by default every CPU this process may use)."""
+    them), of a target allowed on `cpus` (by default every CPU this process may use) that
+    computes on `threads` threads (0: not known)."""
 
     def fake(request: RecordRequest, probe_plan: object, attached: object,
              sink: Callable[[Drained, Run], str | None],
-             helpers: Callable[[list[int]], object] | None = None) -> Recording:
+             helpers: Callable[[list[int], int], object] | None = None) -> Recording:
         if helpers is not None:
-            helpers(sorted(os.sched_getaffinity(0)) if cpus is None else cpus)
+            helpers(sorted(os.sched_getaffinity(0)) if cpus is None else cpus, threads)
         for drained in synthetic.drains(rec, 7)[:drains]:
             assert sink(drained, rec.run) is None
         if fail is not None:
