@@ -33,10 +33,11 @@ writer  the streamed writer's CPU per event (what `record --stream` spends besid
 write   record's after-run write (spilled records read back, modelled, laid out, encoded,
         deflated, written) against the capture's duration: a tiny-llama recording (2 threads)
         tiled in time to 10 s of capture at a busy server's 300 k events/s, in its drains.
-after   record with a real target (tiny-llama, 10,000 tokens, 1 thread pinned to one vCPU and
-        2 threads, in turns): the time from the run's end to the whole trace, by --follow's
-        follower at idle priority and by the after-run write (--no-follow), against the capture's
-        duration, and the target's eval tokens/s under each.
+after   record with a real target (tiny-llama, 10,000 tokens, 1 thread pinned to one vCPU, 1
+        thread not pinned and 2 threads, in turns): the time from the run's end to the whole
+        trace, by --follow's follower at idle priority and by the after-run write
+        (--no-follow), against the capture's duration, and the target's eval tokens/s under
+        each.
 calibrate  calibrate's memory roof at each thread count against an independent STREAM-like
         Copy in C with OpenMP (bench/stream_copy.c), three rounds interleaved; its compute roof
         on Gemma-3-270M; and the `roofline` verdicts of Gemma-3-270M's decode matmuls recorded
@@ -638,7 +639,12 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
             "bytes_per_event": round(size / events, 2)}
 
 
-def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
+AFTER_SETUPS = ((1, True), (1, False), (2, False))
+"""The `after` bench's targets: threads, pinned to the last CPU (by taskset; the other is free
+for the follower) or not (one thread leaves a CPU too, wherever the scheduler puts it)."""
+
+
+def _after(threads: int, pinned: bool, tokens: int, follower: bool) -> dict[str, float]:
     """One real `record` (the CLI) of a tiny-llama generation, with --follow or with the trace
     written after the run (--no-follow): how long the trace took after the run
     ended and the capture's length (record's summary), and the target's own eval tokens/s."""
@@ -647,7 +653,7 @@ def _after(threads: int, tokens: int, follower: bool) -> dict[str, float]:
 
     command = completion("tiny-llama", tokens, threads, "--ignore-eos", "--context-shift", "-c",
                          "256")
-    if threads == 1:  # the target on one vCPU: the other is free for the follower
+    if pinned:
         command = [*_pinned(), *command]
     for _ in range(3):  # llama.cpp's log thread now and then loses its last lines at exit
         with tempfile.TemporaryDirectory() as tmp:
@@ -671,13 +677,14 @@ def bench_after(tokens: int = 10_000, rounds: int = 6) -> dict[str, Any]:
     follower's as the ratio to the after-run's in the same round, where this VM's speed from
     run to run cancels)."""
     results: dict[str, Any] = {"tokens": tokens, "load_before": os.getloadavg()[0]}
-    for threads in (1, 2):
+    for threads, pinned in AFTER_SETUPS:
         runs: dict[str, list[dict[str, float]]] = {"follower": [], "after-run": []}
         for _ in range(rounds):
             for mode in runs:
-                runs[mode].append(_after(threads, tokens, mode == "follower"))
+                runs[mode].append(_after(threads, pinned, tokens, mode == "follower"))
+        setup = f"{threads} thread{'s' * (threads > 1)}{', pinned' * pinned}"
         for mode, said in runs.items():
-            results[f"{threads} threads, {mode}"] = {
+            results[f"{setup}, {mode}"] = {
                 "after_s": [r["after_s"] for r in said],
                 "share_of_capture": [round(r["after_s"] / r["capture_s"], 3) for r in said],
                 "capture_s": [r["capture_s"] for r in said],
@@ -685,7 +692,7 @@ def bench_after(tokens: int = 10_000, rounds: int = 6) -> dict[str, Any]:
                 "eval_tokens_s": [r["eval_tokens_s"] for r in said]}
         ratios = [f["eval_tokens_s"] / a["eval_tokens_s"]
                   for f, a in zip(runs["follower"], runs["after-run"], strict=True)]
-        results[f"{threads} threads, follower"]["eval_ratio"] = round(float(np.median(ratios)), 3)
+        results[f"{setup}, follower"]["eval_ratio"] = round(float(np.median(ratios)), 3)
     results["load_after"] = os.getloadavg()[0]
     return results
 

@@ -134,7 +134,8 @@ FollowOption = Annotated[
     typer.Option("--follow/--no-follow", help="Have a process at idle priority write the "
                  "trace from the run's records while the run goes, so that it is done soon "
                  "after the run (it slows a target that leaves no core free; docs/record.md).  "
-                 "[default: where the target may not run on a CPU the recorder may]",
+                 "[default: where the target leaves a CPU the recorder may use free: pinned "
+                 "off it, or computing on fewer threads than their CPUs]",
                  show_default=False),
 ]
 SchedOption = Annotated[
