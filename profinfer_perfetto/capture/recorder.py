@@ -305,18 +305,16 @@ def record(
     sink: Sink | None = None,
     helpers: Callable[[list[int], int], Sequence[int]] | None = None,
 ) -> Recording:
-    """Capture until the target ends, the duration passes or the recorder gets SIGINT, SIGTERM
-    or SIGHUP.
+    """Capture until the target ends, the duration passes or a SIGINT, SIGTERM or SIGHUP comes.
 
     With no `probe_plan` (the runtime is not among the command's own files: a wrapper, an
     interpreter, a dlopened backend) the command is followed until one of its processes maps
     the runtime, and that process is recorded. `on_attached(pid)` runs once the probes are in
     place, before the target runs on. With a `sink`, each drain goes there as it comes and the
     Recording returned holds the run only; else it holds every record. `helpers(cpus,
-    threads)` runs once the target's CPUs are known, before it runs on, and again whenever they
-    or its compute threads change (a runtime that pins its threads once it runs; the threads are
-    known from its first graph on, 0 before): the processes of the recorder's own it starts for
-    the run (a follower), which are kept off a pinned target's CPUs with its threads.
+    threads)` runs once the target's CPUs are known, before it runs on, and again when they or
+    its compute threads (0 until its first graph) change: the processes of the recorder's own
+    it starts for the run (a follower), kept off a pinned target's CPUs with its threads.
 
     A launched command is ended (SIGKILL) if anything fails or a signal comes before the
     capture begins, and (the signal passed on, or SIGTERM) if the capture fails or a signal
