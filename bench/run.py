@@ -673,14 +673,14 @@ def _after(threads: int, pinned: bool, tokens: int, follower: bool) -> dict[str,
 
 def bench_after(tokens: int = 10_000, rounds: int = 6) -> dict[str, Any]:
     """record's default: the trace's completion after the run, its follower at idle priority
-    against the old after-run write, and the target's speed under each (in turns; the
-    follower's as the ratio to the after-run's in the same round, where this VM's speed from
-    run to run cancels)."""
+    against the old after-run write, and the target's speed under each (in turns, the first of
+    a round alternating; the follower's as the ratio to the after-run's in the same round,
+    where this VM's speed from run to run cancels)."""
     results: dict[str, Any] = {"tokens": tokens, "load_before": os.getloadavg()[0]}
     for threads, pinned in AFTER_SETUPS:
         runs: dict[str, list[dict[str, float]]] = {"follower": [], "after-run": []}
-        for _ in range(rounds):
-            for mode in runs:
+        for r in range(rounds):  # which runs first alternates, so a round's warm-up falls on both
+            for mode in sorted(runs, reverse=r % 2 == 1):
                 runs[mode].append(_after(threads, pinned, tokens, mode == "follower"))
         setup = f"{threads} thread{'s' * (threads > 1)}{', pinned' * pinned}"
         for mode, said in runs.items():
