@@ -680,7 +680,7 @@ def bench_after(tokens: int = 10_000, rounds: int = 6) -> dict[str, Any]:
     for threads, pinned in AFTER_SETUPS:
         runs: dict[str, list[dict[str, float]]] = {"follower": [], "after-run": []}
         for r in range(rounds):  # which runs first alternates, so a round's warm-up falls on both
-            for mode in sorted(runs, reverse=r % 2 == 1):
+            for mode in list(runs)[::-1] if r % 2 else list(runs):
                 runs[mode].append(_after(threads, pinned, tokens, mode == "follower"))
         setup = f"{threads} thread{'s' * (threads > 1)}{', pinned' * pinned}"
         for mode, said in runs.items():
