@@ -12,8 +12,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def _ci(values: list[float]) -> str:
-    return f"{values[0]:+.1%} ({values[1]:+.1%} .. {values[2]:+.1%})"
+def _ci(values: list[float], form: str = "+.1%") -> str:
+    return f"{values[0]:{form}} ({values[1]:{form}} .. {values[2]:{form}})"
 
 
 def _query_md(q: Any) -> list[str]:
@@ -126,9 +126,23 @@ def _after_md(a: Any) -> list[str]:
 
 def _windows_md(results: Any) -> list[str]:
     return _table(["recorder attached for whole 6 s windows, one long generation",
-                   "decode step slowdown (median, 95 % CI)", "each window", "plain step ms"],
+                   "decode step slowdown (median, 95 % CI)", "each window",
+                   "inside the target's threads: kernel time per user time, less plain's "
+                   "(median, 95 % CI)", "each window", "plain step ms"],
                   [[name, _ci(r["slowdown"]), " ".join(f"{w:+.1%}" for w in r["windows"]),
+                    _ci(r["inside"], "+.2%") if "inside" in r else "",
+                    " ".join(f"{w:+.2%}" for w in r.get("inside_windows", [])),
                     str(r["plain_step_ms"])] for name, r in results.items()])
+
+
+def _traps_md(t: Any) -> list[str]:
+    return _table(["a loop calling a function, an empty uprobe on its `push` or none",
+                   "ns per call, each round", "user, kernel ns per call (tick accounting)"],
+                  [["plain", " ".join(f"{v:.1f}" for v in t["plain_ns_per_call"]), ""],
+                   ["probed", " ".join(f"{v:.0f}" for v in t["probed_ns_per_call"]),
+                    " ".join(f"{u:.0f}, {k:.0f}" for u, k in t["probed_user_kernel_ns"])],
+                   ["one trap (median)", f"{t['trap_ns']:.0f}",
+                    f"{t['kernel_share_of_trap']:.0%} of it counted as kernel time"]])
 
 
 def _one_trap_md(results: Any) -> list[str]:
@@ -179,7 +193,7 @@ SECTIONS: dict[str, Callable[[Any], list[str]]] = {
     "query": _query_md, "overhead": _overhead_md, "steps": _steps_md, "memory": _capture_md,
     "server": _capture_md, "server-follow": _capture_md, "capacity": _capacity_md,
     "encoding": _encoding_md, "writer": _writer_md, "write": _write_md, "after": _after_md,
-    "windows": _windows_md, "one-trap": _one_trap_md, "calibrate": _calibrate_md,
+    "windows": _windows_md, "traps": _traps_md, "one-trap": _one_trap_md, "calibrate": _calibrate_md,
     "gate": _gate_md,
 }
 """Each benchmark's table(s), in the page's order."""

@@ -15,7 +15,12 @@ windows the recorder attached to one long generation for whole windows (`record 
         bpftrace: each traced window's median step against the plain windows beside it, for
         the default (one trap per op) and `--exact` (two), each with its `--floor` (the same
         probe sites, programs that return at once): Gemma-3-270M and medium-llama, 1 and 2
-        threads.
+        threads. Beside it, `inside`: the target's threads' kernel time per user time in the
+        window less the plain windows' (the traps and programs run in the kernel on the
+        target's threads), which the VM's speed between windows does not move.
+traps   what one uprobe trap costs a thread here (a C loop calling a function with and
+        without an empty uprobe on its `push`, in turns), and the share of it the kernel's tick
+        accounting calls kernel time (what the `windows` bench's `inside` column counts).
 one-trap  whether one trap per op would answer as two do: Gemma-3-270M at 1 and 2 threads and
         tiny- and medium-llama at 2, each recorded with both traps and modelled as recorded and
         from its barriers alone: per op key (phase, op, role) the mean and median node time,
@@ -47,13 +52,16 @@ calibrate  calibrate's memory roof at each thread count against an independent S
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import platform
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -376,18 +384,68 @@ def _boot_minus_monotonic() -> int:
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
 
 
+class _ThreadTimes:
+    """The CPU time of a process's threads, in user and in kernel mode (the kernel's tick
+    accounting in /proc/PID/task/*/stat, 10 ms units), sampled every 50 ms from a thread of
+    its own: a probe's trap and program run in the kernel on the target's thread, so the
+    target's kernel time per user time in a window is what the recorder took inside it,
+    sampled by the timer ticks (unbiased; 1 % of a 6 s window at one thread is 6 units)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.samples: list[tuple[int, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            user = kernel = 0
+            for task in os.listdir(f"/proc/{self.pid}/task"):
+                try:
+                    fields = Path(f"/proc/{self.pid}/task/{task}/stat").read_text()
+                except OSError:  # a thread that ended, or the process
+                    continue
+                utime, stime = fields.rsplit(")", 1)[1].split()[11:13]
+                user, kernel = user + int(utime), kernel + int(stime)
+            self.samples.append((time.monotonic_ns(), user, kernel))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def kernel_share(self, a: int, b: int) -> float:
+        """Kernel time per user time of the target's threads between monotonic a and b."""
+        at = [s[0] for s in self.samples]
+        first, last = (self.samples[min(bisect.bisect_left(at, t), len(at) - 1)] for t in (a, b))
+        return (last[2] - first[2]) / max(last[1] - first[1], 1)
+
+
 def _median_step(steps: np.ndarray, a: int, b: int) -> float:
     """The median of the token steps (start, duration) that lie within [a, b]."""
     inside = (steps[:, 0] >= a) & (steps[:, 0] + steps[:, 1] <= b)
     return float(np.median(steps[inside, 1])) if inside.any() else float("nan")
 
 
-def _windows(model: str, threads: int, rounds: int, build: str
-             ) -> tuple[np.ndarray, list[tuple[str, int, int]], list[tuple[int, int]]]:
+@dataclass
+class _Windows:
+    """One long generation with the recorder attached in windows (_windows)."""
+
+    steps: np.ndarray
+    """Each token step's monotonic start and duration (bpftrace's)."""
+    traced: list[tuple[str, int, int]]
+    """Each traced window's mode and the capture's monotonic begin and end."""
+    said: list[dict[str, float]]
+    """What record's summary said of each traced window (_recorder_said)."""
+    plain: list[tuple[int, int]]
+    """The plain windows, one before and one after each traced one."""
+    times: _ThreadTimes
+    """The target's threads' CPU times."""
+
+
+def _windows(model: str, threads: int, rounds: int, build: str) -> _Windows:
     """One long generation, its steps timed by bpftrace, with `record --pid` attached for
-    WINDOW_S in each mode in turn, `rounds` times, a plain window after each. Returns the steps
-    (monotonic start, duration), the traced windows (mode, monotonic begin and end of the
-    capture) and the plain windows, one before and after each traced one."""
+    WINDOW_S in each mode in turn, `rounds` times, a plain window after each."""
     import sys
 
     steps_file = CACHE / "window-steps.txt"
@@ -396,41 +454,44 @@ def _windows(model: str, threads: int, rounds: int, build: str
                                          "--context-shift", build=build),
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
+    run = _Windows(np.empty((0, 2), np.int64), [], [], [], _ThreadTimes(target.pid))
     with steps_file.open("w") as steps_out:
         lib = (assets.llama_bin("llama-completion", build) if build == "static"
                else assets.bin_dir(build) / "libllama.so")
         timer = subprocess.Popen(["bpftrace", "-e", STEP_TIMER.format(lib=lib)],
                                  stdout=steps_out, stderr=subprocess.DEVNULL)
-    windows: list[tuple[str, int, int]] = []
-    plain: list[tuple[int, int]] = []
     try:
         time.sleep(WINDOW_S)  # loading
         for _ in range(rounds):
             for mode, options in WINDOW_MODES.items():
                 plain_begin = time.monotonic_ns()
                 time.sleep(WINDOW_S)
-                plain.append((plain_begin, time.monotonic_ns()))
+                run.plain.append((plain_begin, time.monotonic_ns()))
                 out = CACHE / "window.pftrace"
-                subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record", "-o",
-                                str(out), "--pid", str(target.pid), "--duration",
-                                str(WINDOW_S), *options], check=True, capture_output=True)
+                done = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "record",
+                                       "-o", str(out), "--pid", str(target.pid), "--duration",
+                                       str(WINDOW_S), *options],
+                                      check=True, capture_output=True, text=True)
                 with TraceQuery(out, EngineChoice("builtin")) as q:
                     begin, end = q.sql("select ts, ts + dur from slice "
                                        "where name = 'record'").rows[0]
                 shift = _boot_minus_monotonic()
-                windows.append((mode, int(begin) - shift, int(end) - shift))
+                run.traced.append((mode, int(begin) - shift, int(end) - shift))
+                run.said.append(_recorder_said(done.stdout))
                 time.sleep(SETTLE_S)
         plain_begin = time.monotonic_ns()
         time.sleep(WINDOW_S)
-        plain.append((plain_begin, time.monotonic_ns()))
+        run.plain.append((plain_begin, time.monotonic_ns()))
     finally:
         timer.terminate()
         timer.wait()
+        run.times.stop()
         target.kill()
         target.wait()
     steps = [[int(v) for v in line.split()] for line in steps_file.read_text().splitlines()
              if line[:1].isdigit()]  # bpftrace also says what it attaches
-    return np.array(steps, np.int64).reshape(-1, 2), windows, plain
+    run.steps = np.array(steps, np.int64).reshape(-1, 2)
+    return run
 
 
 WINDOW_SETUPS = (("gemma-3-270m", 1, "shared"), ("gemma-3-270m", 2, "shared"),
@@ -444,21 +505,34 @@ def bench_windows(setups: tuple[tuple[str, int, str], ...] = WINDOW_SETUPS,
     """The recorder attached to one long generation (`record --pid`, WINDOW_S at a time, its
     drain thread and all), in turn with plain windows: each traced window's median step (timed
     by bpftrace) against the median step of the plain windows before and after it; `floor`
-    attaches the same probe sites with programs that return at once."""
+    attaches the same probe sites with programs that return at once. Beside it, what the
+    recorder took inside the target's threads: their kernel time per user time in the window
+    less the plain windows' around it (_ThreadTimes), which the VM's speed does not move."""
     results: dict[str, Any] = {}
     for model, threads, llama_build in setups:
-        steps, windows, plain = _windows(model, threads, rounds, llama_build)
+        run = _windows(model, threads, rounds, llama_build)
         name = f"{model} t{threads}" + ("" if llama_build == "shared" else f" {llama_build} build")
-        by_mode: dict[str, list[float]] = {mode: [] for mode in WINDOW_MODES}
-        for i, (mode, a, b) in enumerate(windows):
-            around = np.mean([_median_step(steps, *plain[i]), _median_step(steps, *plain[i + 1])])
-            by_mode[mode].append(_median_step(steps, a, b) / float(around) - 1)
-        for mode, slowdowns in by_mode.items():
+        by_mode: dict[str, dict[str, list[float]]] = {
+            mode: {"slowdown": [], "inside": [], "cpu": [], "rate": []} for mode in WINDOW_MODES}
+        for i, ((mode, a, b), said) in enumerate(zip(run.traced, run.said, strict=True)):
+            plain = run.plain[i], run.plain[i + 1]
+            around = np.mean([_median_step(run.steps, *w) for w in plain])
+            plain_share = np.mean([run.times.kernel_share(*w) for w in plain])
+            got = by_mode[mode]
+            got["slowdown"].append(_median_step(run.steps, a, b) / float(around) - 1)
+            got["inside"].append(run.times.kernel_share(a, b) - float(plain_share))
+            got["cpu"].append(said["recorder_cpu_share"])
+            got["rate"].append(said["events"] / said["capture_s"])
+        for mode, got in by_mode.items():
             results[f"{name} {mode}"] = {
-                "slowdown": [round(x, 4) for x in _median_ci(slowdowns)],
-                "windows": [round(x, 4) for x in slowdowns],
-                "plain_step_ms": round(float(np.median([_median_step(steps, *w)
-                                                        for w in plain])) / 1e6, 2),
+                "slowdown": [round(x, 4) for x in _median_ci(got["slowdown"])],
+                "windows": [round(x, 4) for x in got["slowdown"]],
+                "inside": [round(x, 4) for x in _median_ci(got["inside"])],
+                "inside_windows": [round(x, 4) for x in got["inside"]],
+                "recorder_cpu_share": round(float(np.median(got["cpu"])), 4),
+                "events_per_s": round(float(np.median(got["rate"]))),
+                "plain_step_ms": round(float(np.median([_median_step(run.steps, *w)
+                                                        for w in run.plain])) / 1e6, 2),
             }
             print(name, mode, results[f"{name} {mode}"], flush=True)
     return results
@@ -748,6 +822,49 @@ def _naive(layout: Layout) -> bytes:
     return bytes(naive)
 
 
+def _trap_loop(loop: Path, calls: int, probed: bool) -> list[float]:
+    """bench/trap_loop.c's wall, user and kernel ns per call; `probed`: with bpftrace's empty
+    uprobe on the function's entry (its `push`, which the kernel emulates)."""
+    tracer = None
+    if probed:
+        script = f'BEGIN {{ printf("attached\\n"); }} uprobe:{loop}:probed {{ }}'
+        tracer = subprocess.Popen(["bpftrace", "-B", "line", "-e", script],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert tracer.stdout is not None
+        while tracer.stdout.readline() not in ("attached\n", ""):  # BEGIN runs once attached
+            pass
+    try:
+        said = subprocess.run([str(loop), str(calls)], capture_output=True, text=True,
+                              check=True).stdout
+    finally:
+        if tracer is not None:
+            tracer.terminate()
+            tracer.wait()
+    return [float(v) for v in said.split()]
+
+
+def bench_traps(rounds: int = 5) -> dict[str, Any]:
+    """What one uprobe trap costs the probed thread on this machine, and how much of it the
+    kernel's tick accounting calls kernel time (the `windows` bench's `inside` column counts
+    the kernel time alone): a loop of calls to a function with and without an empty uprobe on
+    its entry, in turns (bench/trap_loop.c)."""
+    loop = CACHE / "trap_loop"
+    subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-fcf-protection=none", "-o",
+                    str(loop), str(HERE / "trap_loop.c")], check=True)
+    plain, probed = [], []
+    for _ in range(rounds):
+        plain.append(_trap_loop(loop, 100_000_000, False))
+        probed.append(_trap_loop(loop, 3_000_000, True))
+    wall, user, kernel = (np.median(np.array(probed)[:, i]) for i in range(3))
+    trap = float(wall - np.median(np.array(plain)[:, 0]))
+    return {"plain_ns_per_call": [round(p[0], 2) for p in plain],
+            "probed_ns_per_call": [round(p[0], 1) for p in probed],
+            "probed_user_kernel_ns": [[round(p[1], 1), round(p[2], 1)] for p in probed],
+            "trap_ns": round(trap, 1),
+            "kernel_share_of_trap": round(float(kernel) / trap, 3),
+            "user_ns": round(float(user), 1)}
+
+
 def bench_calibrate(rounds: int = 3) -> dict[str, Any]:
     threads = list(range(1, len(os.sched_getaffinity(0)) + 1))
     stream = CACHE / "stream_copy"
@@ -791,6 +908,7 @@ BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "server-follow": bench_server_follow,
     "steps": bench_traced_steps,
     "windows": bench_windows,
+    "traps": bench_traps,
     "one-trap": bench_one_trap,
     "capacity": bench_capacity,
     "encoding": bench_encoding,
