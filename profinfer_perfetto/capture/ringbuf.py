@@ -77,6 +77,11 @@ class RingReader:
             }
         )
 
+    def fill(self) -> float:
+        """How full the ring is (0 to 1): the bytes between the positions, records not yet
+        committed included (a look, no fence: a read a moment later may find more)."""
+        return (self._producer_pos[0] - self._consumer_pos[0]) / self._size
+
     def read(self) -> np.ndarray:
         """Copy out every committed record and hand their space back to the kernel."""
         consumer, producer = self._consumer_pos[0], self._producer_pos[0]

@@ -88,6 +88,10 @@ class SchedProbes:
         self._ring = RingReader(self._bpf[b"sched"].map_fd,
                                 SCHED_PAGES * os.sysconf("SC_PAGE_SIZE"), SCHED)
 
+    def fill(self) -> float:
+        """How full the ring is (0 to 1)."""
+        return self._ring.fill()
+
     def read(self) -> np.ndarray:
         """The records since the last read, in arrival order."""
         return self._ring.read()

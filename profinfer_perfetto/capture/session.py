@@ -240,6 +240,11 @@ class ProbeSession:
         table = self._bpf[b"lost"]
         return {r: int(sum(table[table.Key(r)])) for r in Ring}
 
+    def fill(self) -> float:
+        """How full the fullest ring is (0 to 1)."""
+        rings = (self.events, self.nodes, self.batches, self.routes)
+        return max(ring.fill() for ring in rings if ring is not None)
+
     def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The events, node descriptors, routing and batch records since the last read."""
         routes = self.routes.read() if self.routes is not None else np.empty(0, ROUTE)

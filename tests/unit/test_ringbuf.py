@@ -89,6 +89,23 @@ def test_committed_records_are_read_in_order_and_handed_back(tmp_path: Path) -> 
     reader.close()
 
 
+def test_fill_counts_reserved_records_until_they_are_read(tmp_path: Path) -> None:
+    """A record counts from its reservation, committed or not; a read hands the committed
+    ones back, and a busy one still counts, with the records after it."""
+    ring = Ring(tmp_path / "ring")
+    reader = _reader(ring)
+    assert reader.fill() == 0
+    ring.reserve(1, 1)
+    busy = ring.reserve(2, 2, BUSY)
+    assert reader.fill() == 2 * STRIDE / SIZE
+    reader.read()
+    assert reader.fill() == STRIDE / SIZE
+    ring.commit(busy)
+    reader.read()
+    assert reader.fill() == 0
+    reader.close()
+
+
 def test_a_discarded_record_is_skipped_and_its_space_handed_back(tmp_path: Path) -> None:
     ring = Ring(tmp_path / "ring")
     reader = _reader(ring)
