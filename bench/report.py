@@ -128,10 +128,13 @@ def _windows_md(results: Any) -> list[str]:
     return _table(["recorder attached for whole 6 s windows, one long generation",
                    "decode step slowdown (median, 95 % CI)", "each window",
                    "inside the target's threads: kernel time per user time, less plain's "
-                   "(median, 95 % CI)", "each window", "plain step ms"],
+                   "(median, 95 % CI)", "each window", "recorder CPU (of a core)",
+                   "events/s", "plain step ms"],
                   [[name, _ci(r["slowdown"]), " ".join(f"{w:+.1%}" for w in r["windows"]),
                     _ci(r["inside"], "+.2%") if "inside" in r else "",
                     " ".join(f"{w:+.2%}" for w in r.get("inside_windows", [])),
+                    f"{r['recorder_cpu_share']:.2%}" if "recorder_cpu_share" in r else "",
+                    f"{r['events_per_s']:,d}" if "events_per_s" in r else "",
                     str(r["plain_step_ms"])] for name, r in results.items()])
 
 
@@ -193,8 +196,8 @@ SECTIONS: dict[str, Callable[[Any], list[str]]] = {
     "query": _query_md, "overhead": _overhead_md, "steps": _steps_md, "memory": _capture_md,
     "server": _capture_md, "server-follow": _capture_md, "capacity": _capacity_md,
     "encoding": _encoding_md, "writer": _writer_md, "write": _write_md, "after": _after_md,
-    "windows": _windows_md, "traps": _traps_md, "one-trap": _one_trap_md, "calibrate": _calibrate_md,
-    "gate": _gate_md,
+    "windows": _windows_md, "traps": _traps_md, "one-trap": _one_trap_md,
+    "calibrate": _calibrate_md, "gate": _gate_md,
 }
 """Each benchmark's table(s), in the page's order."""
 
