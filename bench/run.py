@@ -388,8 +388,9 @@ class _ThreadTimes:
     """The CPU time of a process's threads, in user and in kernel mode (the kernel's tick
     accounting in /proc/PID/task/*/stat, 10 ms units), sampled every 50 ms from a thread of
     its own: a probe's trap and program run in the kernel on the target's thread, so the
-    target's kernel time per user time in a window is what the recorder took inside it,
-    sampled by the timer ticks (unbiased; 1 % of a 6 s window at one thread is 6 units)."""
+    target's kernel time per user time in a window is what the recorder took inside it, as
+    the timer ticks sample it (1 % of a 6 s window at one thread is 6 units; a fifth of a
+    trap falls in user mode, the `traps` bench)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
