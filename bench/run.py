@@ -70,6 +70,7 @@ import numpy as np
 
 from bench.gate import bench_gate
 from bench.report import markdown
+from profinfer_perfetto.capture import process
 from profinfer_perfetto.capture.events import SCHED
 from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
@@ -402,13 +403,10 @@ class _ThreadTimes:
     def _sample(self) -> None:
         while not self._stop.wait(0.05):
             user = kernel = 0
-            for task in os.listdir(f"/proc/{self.pid}/task"):
-                try:
-                    fields = Path(f"/proc/{self.pid}/task/{task}/stat").read_text()
-                except OSError:  # a thread that ended, or the process
-                    continue
-                utime, stime = fields.rsplit(")", 1)[1].split()[11:13]
-                user, kernel = user + int(utime), kernel + int(stime)
+            for tid in process.threads(self.pid):
+                fields = process.stat_fields(f"{self.pid}/task/{tid}")
+                if fields is not None:  # else a thread that ended, or the process
+                    user, kernel = user + int(fields[11]), kernel + int(fields[12])
             self.samples.append((time.monotonic_ns(), user, kernel))
 
     def stop(self) -> None:
