@@ -512,11 +512,17 @@ static __always_inline void new_graph(void) {
     routed.update(&tid, &none);
 }
 
-// A node's routing, if its op routes tokens to experts (described so) and the model has any.
-static __always_inline void route_node(u64 ts, const void *node) {
+// Whether a node that routes tokens to experts was described yet (an array's element: its
+// lookup costs next to nothing, where a hash lookup is one of a barrier program's costs).
+static __always_inline int routes_seen(void) {
     int zero = 0;
     u64 *routing = routing_seen.lookup(&zero);
-    if (!routing || !*routing)
+    return routing && *routing;
+}
+
+// A node's routing, if its op routes tokens to experts (described so) and the model has any.
+static __always_inline void route_node(u64 ts, const void *node) {
+    if (!routes_seen())
         return;
     u64 key = (u64)node;
     struct seen *seen = described_as.lookup(&key);
@@ -524,6 +530,7 @@ static __always_inline void route_node(u64 ts, const void *node) {
         route(ts, node);
 }
 #else
+static __always_inline int routes_seen(void) { return 0; }
 static __always_inline void route_node(u64 ts, const void *node) {}
 static __always_inline void new_graph(void) {}
 #endif
@@ -711,10 +718,14 @@ static __always_inline int at_barrier_node(s64 index, const u8 *cgraph, u64 last
     submit(e);
     // A node's routing, read once, by the thread that computes the graph (ith 0), as the op
     // begin does in the exact mode: its ids are still there, as no later node has run yet.
+    // Looked up only where a model routes: the hash lookup took 15 of the 210 ns a run took
+    // (kernel-timed, Gemma-3-270M, 2026-12-06).
+    if (!node || !routes_seen())
+        return 0;
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
     struct graph_call *call = graph_of.lookup(&tgid);
-    if (node && call && call->caller == (u32)pid_tgid)
+    if (call && call->caller == (u32)pid_tgid)
         route_node(ts, (const void *)node);
     return 0;
 }
