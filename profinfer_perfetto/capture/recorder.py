@@ -195,13 +195,36 @@ def _launch_paused(command: list[str], env: dict[str, str] | None = None
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", _HOLD_THEN_EXEC, str(read_fd), *command], pass_fds=(read_fd,),
-            env=env)
+            env=env, process_group=None if _in_terminal_foreground() else 0)
     except OSError as exc:
         os.close(write_fd)
         raise ProfinferError(f"cannot run {command[0]}: {exc.strerror}") from exc
     finally:
         os.close(read_fd)
     return proc, write_fd
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether this process is in the foreground of its controlling terminal.
+
+    There a launched command stays in the recorder's process group, so that the terminal's
+    Ctrl-C and reads reach it as they would without the recorder. Elsewhere (a CI job, a
+    script's background job) it gets a process group of its own, whose parent is the recorder:
+    the kernel sends SIGHUP and SIGCONT to a process group that is left without a parent in
+    another group of its session while one of its processes is stopped (POSIX's orphaned
+    process groups), which killed a process held stopped for its probes when the shell that had
+    started the recorder exited (2026-12-06, in the gate bench). The command's own group is
+    orphaned only when the recorder dies, and then the same rule ends what it held stopped."""
+    try:
+        tty = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal
+        return False
+    try:
+        return os.tcgetpgrp(tty) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(tty)
 
 
 class _Launched:
@@ -229,9 +252,7 @@ class _Launched:
         code = self.proc.poll()
         if code is None:
             return None
-        if code < 0:
-            return f"target killed by {signal.Signals(-code).name}"
-        return "complete" if code == 0 else f"target exited with code {code}"
+        return "complete" if code == 0 else f"target {_exit_status(code)}"
 
     def end(self, sig: int) -> None:
         """End the command: `sig` to it (and to the process found in it), then SIGKILL to
@@ -259,6 +280,11 @@ class _Launched:
         while self._found_runs() and time.monotonic() < deadline:
             time.sleep(WATCH_POLL_S)
         return self.proc.poll() is not None and not self._found_runs()
+
+
+def _exit_status(code: int) -> str:
+    """How a process ended, from its Popen return code."""
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
 def _runs(pid: int) -> bool:
@@ -383,7 +409,12 @@ def _prepare(stack: contextlib.ExitStack, request: RecordRequest, probe_plan: Pr
     target still held) and the sink that keeps the records when there is no `sink`."""
     pid, probe_plan = _target(request, probe_plan, launched)
     session = stack.enter_context(_session(request, probe_plan))
-    _attach(session, request, probe_plan, pid)
+    try:
+        _attach(session, request, probe_plan, pid)
+    except ProfinferError:
+        if _runs(pid):
+            raise
+        raise ProfinferError(_gone(pid, launched)) from None
     if launched is not None and launched.found is not None and process_state(pid) != "T":
         raise ProfinferError(f"{Path(launched.command[0]).name} (pid {pid}) ran on while its "
                              "probes were compiled (something resumed it): nothing recorded")
@@ -394,6 +425,16 @@ def _prepare(stack: contextlib.ExitStack, request: RecordRequest, probe_plan: Pr
     if sched_note:
         capture.extra_notes.append(sched_note)
     return capture, kept
+
+
+def _gone(pid: int, launched: _Launched | None) -> str:
+    """Why nothing was recorded of a target that ended before its probes were in place (the
+    kernel then refuses them for want of the process): how it ended, where it is the launched
+    command's own process."""
+    name = Path(launched.command[0]).name if launched is not None else "the process"
+    code = launched.proc.poll() if launched is not None and launched.proc.pid == pid else None
+    how = "" if code is None else f" ({_exit_status(code)})"
+    return f"{name} (pid {pid}) ended{how} before its probes were attached: nothing recorded"
 
 
 def _hold(pid: int, name: str) -> str | None:

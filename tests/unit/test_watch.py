@@ -8,6 +8,7 @@ import errno
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,3 +98,76 @@ def test_a_command_whose_runtime_was_not_found_is_told_why() -> None:
     assert recorder._not_loaded("sh", None, 30, "the watch program missed stops") == (
         "sh did not load the ggml runtime in its first 30 s (the watch program missed stops) "
         "(use --duration to wait longer)")
+
+
+def test_a_target_gone_before_its_probes_were_attached_is_said_with_how_it_ended() -> None:
+    """The kernel refuses probes for a process that is gone; the recorder says which process
+    ended and, where it is the launched command's own, how."""
+    launched = recorder._Launched(["sleep", "60"])
+    os.kill(launched.proc.pid, signal.SIGKILL)
+    launched.proc.wait()
+    assert recorder._gone(launched.proc.pid, launched) == (
+        f"sleep (pid {launched.proc.pid}) ended (killed by SIGKILL) before its probes were "
+        "attached: nothing recorded")
+    held = recorder._Launched(["true"])
+    held._close_go(b"s")  # held before its exec, it exits with 1
+    held.proc.wait()
+    assert recorder._gone(held.proc.pid, held) == (
+        f"true (pid {held.proc.pid}) ended (exited with code 1) before its probes were "
+        "attached: nothing recorded")
+    assert recorder._gone(held.proc.pid, None) == (
+        f"the process (pid {held.proc.pid}) ended before its probes were attached: nothing "
+        "recorded")
+
+
+# The recorder's part: launch a command held before its exec, stop it as the watch program would,
+# say both PIDs, and wait to be killed.
+_RECORDER = """
+import os, signal
+from profinfer_perfetto.capture.recorder import _Launched
+launched = _Launched(["sleep", "60"])
+os.kill(launched.proc.pid, signal.SIGSTOP)
+os.waitpid(launched.proc.pid, os.WUNTRACED)
+print(os.getpid(), launched.proc.pid, flush=True)
+signal.pause()
+"""
+# The shell that started the recorder, in a group of its own: it exits when told to, leaving the
+# recorder's group with no parent in another group of the session.
+_SHELL = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", sys.argv[1]], process_group=0)
+sys.stdin.readline()
+"""
+
+
+def _gone_or_zombie(pid: int) -> None:
+    deadline = time.monotonic() + 60  # a guard against a hang, not a timing
+    while process_state(pid) not in (None, "Z", "X"):
+        assert time.monotonic() < deadline, f"{pid} did not end"
+        time.sleep(0.01)
+
+
+def test_a_held_command_outlives_the_exit_of_the_shell_that_started_its_recorder() -> None:
+    """Without a terminal the command goes in a process group of its own, below the recorder:
+    when the shell that started the recorder exits, the recorder's group is orphaned, and the
+    kernel's SIGHUP and SIGCONT for such a group (sent within the shell's exit, before it can
+    be reaped) do not reach the command, still held stopped. When the recorder dies, the
+    command's own group is orphaned with it stopped: the same rule ends it (nothing is left
+    stopped)."""
+    assert not recorder._in_terminal_foreground()
+    shell = subprocess.Popen([sys.executable, "-c", _SHELL, _RECORDER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, start_new_session=True)
+    assert shell.stdin is not None and shell.stdout is not None
+    recorder_pid, command = (int(w) for w in shell.stdout.readline().split())
+    try:
+        assert os.getpgid(command) == command != os.getpgid(recorder_pid)
+        shell.stdin.close()
+        shell.wait()
+        assert process_state(command) == "T"
+        os.kill(recorder_pid, signal.SIGKILL)
+        _gone_or_zombie(recorder_pid)
+        assert process_state(command) != "T"
+        _gone_or_zombie(command)
+    finally:
+        send(recorder_pid, signal.SIGKILL)
+        send(command, signal.SIGKILL)
