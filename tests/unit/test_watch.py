@@ -106,6 +106,7 @@ def test_a_target_gone_before_its_probes_were_attached_is_said_with_how_it_ended
     launched = recorder._Launched(["sleep", "60"])
     os.kill(launched.proc.pid, signal.SIGKILL)
     launched.proc.wait()
+    launched._close_go(b"s")  # the pipe's end, closed
     assert recorder._gone(launched.proc.pid, launched) == (
         f"sleep (pid {launched.proc.pid}) ended (killed by SIGKILL) before its probes were "
         "attached: nothing recorded")
@@ -121,14 +122,15 @@ def test_a_target_gone_before_its_probes_were_attached_is_said_with_how_it_ended
 
 
 # The recorder's part: launch a command held before its exec, stop it as the watch program would,
-# say both PIDs, and wait to be killed.
+# say both PIDs and whether it is in a terminal's foreground (never: its session is new), and
+# wait to be killed.
 _RECORDER = """
 import os, signal
-from profinfer_perfetto.capture.recorder import _Launched
+from profinfer_perfetto.capture.recorder import _Launched, _in_terminal_foreground
 launched = _Launched(["sleep", "60"])
 os.kill(launched.proc.pid, signal.SIGSTOP)
 os.waitpid(launched.proc.pid, os.WUNTRACED)
-print(os.getpid(), launched.proc.pid, flush=True)
+print(os.getpid(), launched.proc.pid, int(_in_terminal_foreground()), flush=True)
 signal.pause()
 """
 # The shell that started the recorder, in a group of its own: it exits when told to, leaving the
@@ -142,7 +144,7 @@ sys.stdin.readline()
 
 def _gone_or_zombie(pid: int) -> None:
     deadline = time.monotonic() + 60  # a guard against a hang, not a timing
-    while process_state(pid) not in (None, "Z", "X"):
+    while recorder._runs(pid):
         assert time.monotonic() < deadline, f"{pid} did not end"
         time.sleep(0.01)
 
@@ -154,12 +156,12 @@ def test_a_held_command_outlives_the_exit_of_the_shell_that_started_its_recorder
     be reaped) do not reach the command, still held stopped. When the recorder dies, the
     command's own group is orphaned with it stopped: the same rule ends it (nothing is left
     stopped)."""
-    assert not recorder._in_terminal_foreground()
     shell = subprocess.Popen([sys.executable, "-c", _SHELL, _RECORDER], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, start_new_session=True)
     assert shell.stdin is not None and shell.stdout is not None
-    recorder_pid, command = (int(w) for w in shell.stdout.readline().split())
+    recorder_pid, command, foreground = (int(w) for w in shell.stdout.readline().split())
     try:
+        assert not foreground
         assert os.getpgid(command) == command != os.getpgid(recorder_pid)
         shell.stdin.close()
         shell.wait()
