@@ -142,9 +142,19 @@ sys.stdin.readline()
 """
 
 
-def _gone_or_zombie(pid: int) -> None:
+def _threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        return 0
+
+
+def _ended(pid: int) -> None:
+    """Waits until every thread of the process has ended: its leader is a zombie while its other
+    threads still exit, and the last of them is the one that hands its children on (and so
+    orphans their groups)."""
     deadline = time.monotonic() + 60  # a guard against a hang, not a timing
-    while recorder._runs(pid):
+    while recorder._runs(pid) or _threads(pid) > 1:
         assert time.monotonic() < deadline, f"{pid} did not end"
         time.sleep(0.01)
 
@@ -167,9 +177,9 @@ def test_a_held_command_outlives_the_exit_of_the_shell_that_started_its_recorder
         shell.wait()
         assert process_state(command) == "T"
         os.kill(recorder_pid, signal.SIGKILL)
-        _gone_or_zombie(recorder_pid)
+        _ended(recorder_pid)
         assert process_state(command) != "T"
-        _gone_or_zombie(command)
+        _ended(command)
     finally:
         send(recorder_pid, signal.SIGKILL)
         send(command, signal.SIGKILL)
