@@ -1,22 +1,22 @@
 """The paired gate's false alarms and power, as CI would meet them: `ab` runs of PAIRS pairs.
 
 For each setup (tiny-llama and medium-llama at 1 thread, pinned to the last CPU, and at 2
-threads) and each candidate, CHECKS runs of `profinfer-perfetto ab --runs PAIRS --sched`
-against the same command as the baseline: the same command again (a false alarm if flagged),
-ffn_down's matmuls (named ffn_out) 10 % and 5 % slower by a libggml-cpu built for it
-(bench/slowed.py), and a busy loop pinned to the last CPU while each candidate run runs (both
-to be caught); and that slowed build with nothing slowed (0 %), which tells what the build of
-its own moves (a check that flags another op than ffn_out there was not caused by the slowing).
-The candidates take turns (check i of each, then check i + 1 of each), so a
-slower hour of the machine falls on all of them alike.
+threads, each pinned to a CPU of its own) and each candidate, CHECKS runs of `profinfer-perfetto
+ab --runs PAIRS --sched` against the same command as the baseline: the same command again (a
+false alarm if flagged), ffn_down's matmuls (named ffn_out) 10 % and 5 % slower by a libggml-cpu
+built for it (bench/slowed.py), and a busy loop pinned to the last CPU while each candidate run
+runs (both to be caught); and that slowed build with nothing slowed (0 %), which tells what the
+build of its own moves (a check that flags another op than ffn_out there was not caused by the
+slowing). The candidates take turns (check i of each, then check i + 1 of each), so a slower
+hour of the machine falls on all of them alike.
 
 Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i, SETUP naming the
-model, threads and tokens), recorded only where missing, and judged again in process with the
-default rules, so a change to the paired statistics is judged on the same runs (delete the
-folder to record afresh). $GATE_CHECKS (default 20) sets how many checks; $GATE_SETUPS (e.g.
-"tiny-llama-t1,tiny-llama-t2") which setups, whose rows replace those in bench/results.json and
-leave the others. The graph diff is measured on its own case: medium-llama-down3 (layer 3's
-ffn_down in Q4_0) against medium-llama.
+model, threads and tokens, `-strict` where each thread is pinned), recorded only where missing, and
+judged again in process with the default rules, so a change to the paired statistics is judged on
+the same runs (delete the folder to record afresh). $GATE_CHECKS (default 20) sets how many checks;
+$GATE_SETUPS (e.g. "tiny-llama-t1,tiny-llama-t2") which setups, whose rows replace those in
+bench/results.json and leave the others. The graph diff is measured on its own case:
+medium-llama-down3 (layer 3's ffn_down in Q4_0) against medium-llama.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.slowed import slowed_env
 from profinfer_perfetto.check.paired import pair_up
@@ -50,7 +50,13 @@ FOLDER = assets.CACHE / "bench" / "gate"
 DONE = ".complete"
 """Written into an `ab` folder once its pairs are recorded and checked."""
 
-Completion = Callable[[str, int, int], list[str]]
+
+class Completion(Protocol):
+    """bench.run.completion: a seeded generation's command line."""
+
+    def __call__(self, model: str, tokens: int, threads: int, *extra: str) -> list[str]: ...
+
+
 Candidate = Callable[[list[str]], list[str]]
 
 
@@ -117,6 +123,20 @@ def _setups() -> list[tuple[str, int, int]]:
             if wanted is None or f"{s[0]}-t{s[1]}" in wanted.split(",")]
 
 
+def _command(completion: Completion, model: str, threads: int, tokens: int, last: int
+             ) -> tuple[str, list[str]]:
+    """A setup's folder name and command: one thread pinned to the `last` CPU by taskset, more
+    threads each pinned to a CPU of its own by llama.cpp (`--cpu-strict 1`: thread i on the
+    mask's i-th CPU), which halved most matmuls' pair-to-pair spread of tiny-llama t2 (16 pairs
+    each way, in turns, 2026-12-06: attn_out's rel 7.3 % → 3.4 %, ffn_out's 4.7 % → 3.8 %)."""
+    if threads == 1:
+        return (f"{model}-t1-n{tokens}",
+                ["taskset", "-c", str(last), *completion(model, tokens, threads)])
+    mask = hex(sum(1 << cpu for cpu in sorted(os.sched_getaffinity(0))[:threads]))
+    return (f"{model}-t{threads}-n{tokens}-strict",
+            completion(model, tokens, threads, "-C", mask, "--cpu-strict", "1"))
+
+
 def bench_gate(completion: Completion, settings: Settings | None = None) -> dict[str, Any]:
     """False alarms (the same command), real slowdowns and a hog (to be caught), per setup;
     the graph diff of a retyped tensor."""
@@ -125,12 +145,11 @@ def bench_gate(completion: Completion, settings: Settings | None = None) -> dict
     last = max(os.sched_getaffinity(0))
     results: dict[str, Any] = {}
     for model, threads, tokens in _setups():
-        pin = ["taskset", "-c", str(last)] if threads == 1 else []
-        command = [*pin, *completion(model, tokens, threads)]
+        setup, command = _command(completion, model, threads, tokens, last)
         flagged: dict[str, list[list[str]]] = {name: [] for name in candidates(last)}
         for i in range(checks):
             for name, candidate in candidates(last).items():
-                folder = FOLDER / f"{model}-t{threads}-n{tokens}" / name.split(" (")[0] / str(i)
+                folder = FOLDER / setup / name.split(" (")[0] / str(i)
                 _ab(folder, command, candidate(command))
                 flagged[name].append(_flagged(folder, settings))
         for name, runs in flagged.items():
