@@ -15,7 +15,8 @@ model, threads and tokens, `-strict` where each thread is pinned), recorded only
 judged again in process with the default rules, so a change to the paired statistics is judged on
 the same runs (delete the folder to record afresh). $GATE_CHECKS (default 20) sets how many checks;
 $GATE_SETUPS (e.g. "tiny-llama-t1,tiny-llama-t2") which setups, whose rows replace those in
-bench/results.json and leave the others. The graph diff is measured on its own case:
+bench/results.json and leave the others; $GATE_PIN_THREADS=0 leaves a 2-thread setup's threads to
+the scheduler (its rows replace the pinned ones). The graph diff is measured on its own case:
 medium-llama-down3 (layer 3's ffn_down in Q4_0) against medium-llama.
 """
 
@@ -128,10 +129,13 @@ def _command(completion: Completion, model: str, threads: int, tokens: int, last
     """A setup's folder name and command: one thread pinned to the `last` CPU by taskset, more
     threads each pinned to a CPU of its own by llama.cpp (`--cpu-strict 1`: thread i on the
     mask's i-th CPU), which halved most matmuls' pair-to-pair spread of tiny-llama t2 (16 pairs
-    each way, in turns, 2026-12-06: attn_out's rel 7.3 % → 3.4 %, ffn_out's 4.7 % → 3.8 %)."""
+    each way, in turns, 2026-12-06: attn_out's rel 7.3 % → 3.4 %, ffn_out's 4.7 % → 3.8 %);
+    $GATE_PIN_THREADS=0 leaves them to the scheduler."""
     if threads == 1:
         return (f"{model}-t1-n{tokens}",
                 ["taskset", "-c", str(last), *completion(model, tokens, threads)])
+    if os.environ.get("GATE_PIN_THREADS") == "0":
+        return f"{model}-t{threads}-n{tokens}", completion(model, tokens, threads)
     mask = hex(sum(1 << cpu for cpu in sorted(os.sched_getaffinity(0))[:threads]))
     return (f"{model}-t{threads}-n{tokens}-strict",
             completion(model, tokens, threads, "-C", mask, "--cpu-strict", "1"))
