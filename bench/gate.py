@@ -129,8 +129,9 @@ def _command(completion: Completion, model: str, threads: int, tokens: int, last
     """A setup's folder name and command: one thread pinned to the `last` CPU by taskset, more
     threads each pinned to a CPU of its own by llama.cpp (`--cpu-strict 1`: thread i on the
     mask's i-th CPU), which halved most matmuls' pair-to-pair spread of tiny-llama t2 (16 pairs
-    each way, in turns, 2026-12-06: attn_out's rel 7.3 % → 3.4 %, ffn_out's 4.7 % → 3.8 %);
-    $GATE_PIN_THREADS=0 leaves them to the scheduler."""
+    each way, in turns, 2026-12-06: attn_out's rel 7.3 % → 3.4 %, ffn_out's 4.7 % → 3.8 %; for
+    medium-llama t2 not yet shown: docs/ab.md); $GATE_PIN_THREADS=0 leaves them to the
+    scheduler."""
     if threads == 1:
         return (f"{model}-t1-n{tokens}",
                 ["taskset", "-c", str(last), *completion(model, tokens, threads)])
