@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from profinfer_perfetto.encode.stream import part_path, write_trace
 from profinfer_perfetto.errors import ProfinferError
 from tests import synthetic
 from tests.unit.test_spill_safety import _fake_record
+from tests.waiting import wait_until
 
 DRAINS = 7
 
@@ -56,14 +57,6 @@ def _spilled(spill: Spill, rec: Recording, run: Run, drains: int = DRAINS) -> No
         assert spill(drained, replace(run, status="running", end_ns=run.begin_ns + i)) is None
 
 
-def _wait(done: Callable[[], bool], what: str) -> None:
-    """Wait until `done()` (a guard against a hang, not a timing)."""
-    deadline = time.monotonic() + 60
-    while not done():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def _written(folder: Path) -> bool:
     """The follower of `folder` has written a chunk."""
     part = part_path(folder / TRACE_FILE)
@@ -83,7 +76,7 @@ def test_the_follower_writes_the_after_run_trace_at_idle_priority(
     follower = _started(spill, rec)
     assert os.sched_getscheduler(follower.proc.pid) == os.SCHED_IDLE
     _spilled(spill, rec, rec.run, drains=4)
-    _wait(lambda: _written(spill.folder), "the follower wrote no chunk")
+    wait_until(lambda: _written(spill.folder), "the follower wrote no chunk")
     for drained in synthetic.drains(rec, DRAINS)[4:]:
         assert spill(drained, replace(rec.run, status="running")) is None
     assert spill.finish() is None
@@ -102,7 +95,7 @@ def test_a_thread_that_comes_late_makes_the_follower_start_over(
     early = replace(rec.run, threads={})
     follower = _started(spill, rec)
     _spilled(spill, rec, early)
-    _wait(lambda: _written(spill.folder), "the follower wrote no chunk")
+    wait_until(lambda: _written(spill.folder), "the follower wrote no chunk")
     assert spill.finish() is None
     out = tmp_path / "run.pftrace"
     followed = follower.finish(rec.run, out)
@@ -197,11 +190,11 @@ def test_the_follower_dies_with_its_recorder_and_recover_writes_the_trace(
     try:
         assert recorder.stdout is not None
         pid = int(recorder.stdout.readline())
-        _wait(lambda: _written(spill_path(output)), "the follower wrote no chunk")
+        wait_until(lambda: _written(spill_path(output)), "the follower wrote no chunk")
     finally:
         recorder.kill()
         recorder.wait()
-    _wait(lambda: process_state(pid) in ("Z", None), "the follower outlived its recorder")
+    wait_until(lambda: process_state(pid) in ("Z", None), "the follower outlived its recorder")
     assert RecoverCommand(output).run() == 0
     assert sorted(tmp_path.iterdir()) == [output]
 
@@ -213,7 +206,7 @@ def test_a_growing_folder_is_read_from_where_the_last_look_ended(
     drains = synthetic.drains(rec, DRAINS)
     for drained in drains[:3]:
         assert spill(drained, rec.run) is None
-    _wait(lambda: spill.written == 3, "the spill wrote nothing")
+    wait_until(lambda: spill.written == 3, "the spill wrote nothing")
     assert len(list(read_drains(spill.folder, spill.dtypes))) == 3
     for drained in drains[3:]:
         assert spill(drained, rec.run) is None
@@ -231,7 +224,7 @@ def test_few_events_wait_for_take_s_and_many_are_taken_at_once(
     following = follow.Following(spill.folder, spill.dtypes)
     try:
         _spilled(spill, rec, rec.run, drains=2)
-        _wait(lambda: spill.written == 2, "the spill wrote nothing")
+        wait_until(lambda: spill.written == 2, "the spill wrote nothing")
         following.taken = time.monotonic() + 3600  # as if it had just taken some
         following.follow()
         assert following.read == 0
@@ -240,7 +233,7 @@ def test_few_events_wait_for_take_s_and_many_are_taken_at_once(
         assert following.read == 2
         for drained in synthetic.drains(rec, DRAINS)[2:5]:
             assert spill(drained, rec.run) is None
-        _wait(lambda: spill.written == 5, "the spill wrote nothing")
+        wait_until(lambda: spill.written == 5, "the spill wrote nothing")
         following.taken = time.monotonic() + 3600
         monkeypatch.setattr(follow, "TAKE_EVENTS", 1)
         following.follow()

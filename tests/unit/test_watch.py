@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from profinfer_perfetto.capture import recorder
 from profinfer_perfetto.capture.watch import missed_stops, process_state, resume, send
+from tests.waiting import wait_until
 
 
 @contextmanager
@@ -74,9 +74,7 @@ def test_a_found_process_that_its_stop_did_not_hold_is_stopped_and_said() -> Non
         os.kill(child.pid, signal.SIGSTOP)
         assert recorder._hold(child.pid, "cat") is None
         resume(child.pid)
-        deadline = time.monotonic() + 60  # a guard against a hang, not a timing
-        while process_state(child.pid) == "T":
-            assert time.monotonic() < deadline, "SIGCONT did not resume it"
+        wait_until(lambda: process_state(child.pid) != "T", "SIGCONT did not resume it")
         note = recorder._hold(child.pid, "cat")
         assert note is not None and "did not hold" in note
         assert process_state(child.pid) == "T"
@@ -153,10 +151,7 @@ def _ended(pid: int) -> None:
     """Waits until every thread of the process has ended: its leader is a zombie while its other
     threads still exit, and the last of them is the one that hands its children on (and so
     orphans their groups)."""
-    deadline = time.monotonic() + 60  # a guard against a hang, not a timing
-    while recorder._runs(pid) or _threads(pid) > 1:
-        assert time.monotonic() < deadline, f"{pid} did not end"
-        time.sleep(0.01)
+    wait_until(lambda: not recorder._runs(pid) and _threads(pid) <= 1, f"{pid} did not end")
 
 
 def test_a_held_command_outlives_the_exit_of_the_shell_that_started_its_recorder() -> None:
