@@ -13,7 +13,8 @@ hour of the machine falls on all of them alike.
 Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i, SETUP naming the
 model, threads and tokens, `-strict` where each thread is pinned), recorded only where missing, and
 judged again in process with the default rules, so a change to the paired statistics is judged on
-the same runs (delete the folder to record afresh). $GATE_CHECKS (default 20) sets how many checks;
+the same runs (delete the folder to record afresh). $GATE_CHECKS (default 20) sets how many checks,
+$GATE_PAIRS (default 3) how many pairs each (another number: its own folders, `-pN`, and rows);
 $GATE_SETUPS (e.g. "tiny-llama-t1,tiny-llama-t2") which setups, whose rows replace those in
 bench/results.json and leave the others; $GATE_PIN_THREADS=0 leaves a 2-thread setup's threads to
 the scheduler (its rows replace the pinned ones). The graph diff is measured on its own case:
@@ -86,13 +87,13 @@ def candidates(cpu: int) -> dict[str, Candidate]:
             f"busy loop on CPU {cpu} (candidate runs only)": _hogged(cpu)}
 
 
-def _ab(folder: Path, baseline: list[str], candidate: list[str]) -> None:
-    """One `ab` run into `folder`, unless it is there from an earlier run."""
+def _ab(folder: Path, baseline: list[str], candidate: list[str], pairs: int) -> None:
+    """One `ab` run of `pairs` pairs into `folder`, unless it is there from an earlier run."""
     if (folder / DONE).exists():
         return
     shutil.rmtree(folder, ignore_errors=True)
     result = subprocess.run([sys.executable, "-m", "profinfer_perfetto", "ab", "-o", str(folder),
-                             "--runs", str(PAIRS), "--sched", "--engine", "builtin",
+                             "--runs", str(pairs), "--sched", "--engine", "builtin",
                              "--baseline-cmd", shlex.join(baseline), "--", *candidate],
                             capture_output=True, text=True, errors="replace")
     if result.returncode not in (0, 1):
@@ -147,18 +148,21 @@ def bench_gate(completion: Completion, settings: Settings | None = None) -> dict
     the graph diff of a retyped tensor."""
     settings = settings or Settings()
     checks = int(os.environ.get("GATE_CHECKS", "20"))
+    pairs = int(os.environ.get("GATE_PAIRS", str(PAIRS)))
+    more = "" if pairs == PAIRS else f", {pairs} pairs"
     last = max(os.sched_getaffinity(0))
     results: dict[str, Any] = {}
     for model, threads, tokens in _setups():
         setup, command = _command(completion, model, threads, tokens, last)
+        setup += "" if pairs == PAIRS else f"-p{pairs}"
         flagged: dict[str, list[list[str]]] = {name: [] for name in candidates(last)}
         for i in range(checks):
             for name, candidate in candidates(last).items():
                 folder = FOLDER / setup / name.split(" (")[0] / str(i)
-                _ab(folder, command, candidate(command))
+                _ab(folder, command, candidate(command), pairs)
                 flagged[name].append(_flagged(folder, settings))
         for name, runs in flagged.items():
-            results[f"{model} t{threads}: {name}"] = _counted(runs, name.startswith(SLOWED))
+            results[f"{model} t{threads}{more}: {name}"] = _counted(runs, name.startswith(SLOWED))
     results["graph diff"] = graph_diff(completion)
     return results
 

@@ -4,7 +4,8 @@ scripts/setup.sh). Writes bench/results.json and docs/benchmarks.md.
 query   `op_summary` on a 1 M-op trace (medium-llama tiled in time), the engines in turns.
 gate    the paired gate (bench/gate.py): per setup, 20 `ab --runs 3` against the same command,
         ffn_down's matmuls 10 % and 5 % slower (bench/slowed.py) and a busy loop during the
-        candidate's runs; the graph diff of medium-llama-down3. Recordings are kept.
+        candidate's runs ($GATE_PAIRS: another number of pairs, in rows of their own); the
+        graph diff of medium-llama-down3. Recordings are kept.
 overhead  decode (tg) and prefill (pp) tokens/s of llama-bench alone and under `record`, runs
         interleaved A B A B (8 pairs), for Gemma-3-270M and the medium random models at 1 and
         2 threads (1-thread runs: llama.cpp pinned to one CPU), `--floor` (the probe sites with
@@ -927,8 +928,10 @@ MERGED = {"gate"}
 def _when_measured(name: str, when: str) -> str:
     """When and where a bench was measured; of a merged bench measured in part, which part."""
     setups = os.environ.get("GATE_SETUPS")
+    pairs = os.environ.get("GATE_PAIRS")
     if name in MERGED and setups:
-        return f"{when} ({setups}; the other setups' rows earlier)"
+        part = f"{setups}, {pairs} pairs" if pairs else setups
+        return f"{when} ({part}; the other rows earlier)"
     return when
 
 

@@ -24,6 +24,14 @@ AGREEING_PAIRS = 3
 (pairs_agree_past): at 2 threads here the same command's candidate run stalls more than its
 baseline run by over +2 % of a step in one pair of four (tiny-llama, 15 of 60 pairs), so two
 pairs would agree by chance in about 1 check of 16, three in 1 of 64."""
+ROBUST_PAIRS = 4
+"""From this many pairs a key is judged on its pairs' median log ratio and their median absolute
+deviation, not their mean and standard deviation: at 2 threads here a process now and then runs
+in a mode of its own (tiny-llama pinned: 55 pairs of 300 odd, the small matmuls' rel 15-40 % off,
+the step mostly 20-80 %), and that one odd pair moves a mean and widens its interval past what
+the other pairs show (docs/ab.md, "Odd pairs"). Three pairs hold too little to tell an odd one."""
+MAD_SD = 1.4826
+"""A normal distribution's standard deviation over its median absolute deviation."""
 
 
 def pair_up(base: list[Path], new: list[Path], engine: EngineChoice = AUTO
@@ -98,11 +106,15 @@ def pairs_agree_past(base: list[list[int]], new: list[list[int]], scale: float,
 
 def pair_spread(base: list[list[int]], new: list[list[int]]) -> Spread | None:
     """How the pairs' log ratios of a key spread (None from fewer than MIN_PAIRS pairs): what
-    stats.common_spread pools over the keys of a rule."""
+    stats.common_spread pools over the keys of a rule. Their variance; from ROBUST_PAIRS
+    pairs, the square of their median absolute deviation made a standard deviation (MAD_SD)."""
     logs = _pair_logs(base, new)
     if len(logs) < MIN_PAIRS:
         return None
-    return Spread(float(np.var(logs, ddof=1)), len(logs) - 1)
+    if len(logs) < ROBUST_PAIRS:
+        return Spread(float(np.var(logs, ddof=1)), len(logs) - 1)
+    deviation = MAD_SD * float(np.median(np.abs(logs - np.median(logs))))
+    return Spread(deviation * deviation, len(logs) - 1)
 
 
 def pair_change(base: list[list[int]], new: list[list[int]], confidence: float = 0.95,
@@ -111,16 +123,20 @@ def pair_change(base: list[list[int]], new: list[list[int]], confidence: float =
     pair's ratio of medians, candidate over baseline; their geometric mean as the change, with
     the `confidence` Student's t interval of the mean of their logarithms. Their variance is
     moderated towards `prior` (the pairs' spread common to the keys of the rule, stats.moderate):
-    three pairs alone give a variance of two degrees of freedom, and t at 97.5 % of 4.3. Change.base
-    and .new are each side's pooled median, as in median_change. A key held by fewer than
-    MIN_PAIRS pairs (both sides) is compared as unpaired runs are (median_change)."""
+    three pairs alone give a variance of two degrees of freedom, and t at 97.5 % of 4.3. From
+    ROBUST_PAIRS pairs their median and its interval instead: the median's variance taken as
+    π/2 times the mean's, as for a normal sample (pair_spread's deviation then a robust one).
+    Change.base and .new are each side's pooled median, as in median_change. A key held by fewer
+    than MIN_PAIRS pairs (both sides) is compared as unpaired runs are (median_change)."""
     own = pair_spread(base, new)
     if own is None:
         return median_change(base, new, confidence, resamples)
     logs = _pair_logs(base, new)
-    mean = float(np.mean(logs))
+    robust = len(logs) >= ROBUST_PAIRS
+    center = float(np.median(logs) if robust else np.mean(logs))
     spread = moderate(own, prior)
-    half = t_quantile(0.5 + confidence / 2, spread.dof) * math.sqrt(spread.variance / len(logs))
+    variance = (math.pi / 2 if robust else 1.0) * spread.variance / len(logs)
+    half = t_quantile(0.5 + confidence / 2, spread.dof) * math.sqrt(variance)
     pooled = [float(np.median([s for run in side for s in run])) for side in (base, new)]
-    return Change(pooled[0], pooled[1], math.expm1(mean), math.expm1(mean - half),
-                  math.expm1(mean + half))
+    return Change(pooled[0], pooled[1], math.expm1(center), math.expm1(center - half),
+                  math.expm1(center + half))

@@ -63,7 +63,8 @@ class AbCommand:
         baseline_cmd: Annotated[
             str, typer.Option("--baseline-cmd", help="The baseline command to record, quoted.")
         ],
-        runs: Annotated[int, typer.Option(help="Pairs of runs to record.")] = 3,
+        runs: Annotated[int, typer.Option(
+            help="Pairs of runs to record (from 4, each key is judged on their median).")] = 3,
         sched: Annotated[
             bool, typer.Option("--sched", help="Record with --sched (what a task beside the "
                                "target stalls is judged too).")
