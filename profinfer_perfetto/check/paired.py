@@ -108,7 +108,11 @@ def pair_spread(base: list[list[int]], new: list[list[int]]) -> Spread | None:
     """How the pairs' log ratios of a key spread (None from fewer than MIN_PAIRS pairs): what
     stats.common_spread pools over the keys of a rule. Their variance; from ROBUST_PAIRS
     pairs, the square of their median absolute deviation made a standard deviation (MAD_SD)."""
-    logs = _pair_logs(base, new)
+    return _spread(_pair_logs(base, new))
+
+
+def _spread(logs: np.ndarray) -> Spread | None:
+    """pair_spread of these log ratios."""
     if len(logs) < MIN_PAIRS:
         return None
     if len(logs) < ROBUST_PAIRS:
@@ -128,10 +132,10 @@ def pair_change(base: list[list[int]], new: list[list[int]], confidence: float =
     π/2 times the mean's, as for a normal sample (pair_spread's deviation then a robust one).
     Change.base and .new are each side's pooled median, as in median_change. A key held by fewer
     than MIN_PAIRS pairs (both sides) is compared as unpaired runs are (median_change)."""
-    own = pair_spread(base, new)
+    logs = _pair_logs(base, new)
+    own = _spread(logs)
     if own is None:
         return median_change(base, new, confidence, resamples)
-    logs = _pair_logs(base, new)
     robust = len(logs) >= ROBUST_PAIRS
     center = float(np.median(logs) if robust else np.mean(logs))
     spread = moderate(own, prior)
