@@ -1,7 +1,8 @@
 """The paired gate's false alarms and power, as CI would meet them: `ab` runs of PAIRS pairs.
 
 For each setup (tiny-llama and medium-llama at 1 thread, pinned to the last CPU, and at 2
-threads, each pinned to a CPU of its own) and each candidate, CHECKS runs of `profinfer-perfetto
+threads: tiny-llama's each pinned to a CPU of its own, medium-llama's left to the scheduler) and
+each candidate, CHECKS runs of `profinfer-perfetto
 ab --runs PAIRS --sched` against the same command as the baseline: the same command again (a
 false alarm if flagged), ffn_down's matmuls (named ffn_out) 10 % and 5 % slower by a libggml-cpu
 built for it (bench/slowed.py), and a busy loop pinned to the last CPU while each candidate run
@@ -16,9 +17,10 @@ judged again in process with the default rules, so a change to the paired statis
 the same runs (delete the folder to record afresh). $GATE_CHECKS (default 20) sets how many checks,
 $GATE_PAIRS (default 3) how many pairs each (another number: its own folders, `-pN`, and rows);
 $GATE_SETUPS (e.g. "tiny-llama-t1,tiny-llama-t2") which setups, whose rows replace those in
-bench/results.json and leave the others; $GATE_PIN_THREADS=0 leaves a 2-thread setup's threads to
-the scheduler (its rows replace the pinned ones). The graph diff is measured on its own case:
-medium-llama-down3 (layer 3's ffn_down in Q4_0) against medium-llama.
+bench/results.json and leave the others; $GATE_PIN_THREADS=0 leaves every 2-thread setup's
+threads to the scheduler, =1 pins each (their rows replace the setup's own way's). The graph diff
+is measured on its own case: medium-llama-down3 (layer 3's ffn_down in Q4_0) against
+medium-llama.
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ from profinfer_perfetto.query.engines import EngineChoice
 from scripts import assets
 
 PAIRS = 3
-SETUPS = (("tiny-llama", 1, 400), ("tiny-llama", 2, 48), ("medium-llama", 1, 32),
-          ("medium-llama", 2, 32))
-"""Model, threads, tokens. Tiny-llama at 1 thread decodes 400 tokens (about 0.45 s) so that
-the busy loop, which shares the target's one CPU in slices of about 4 ms, meets every candidate
-run: the 47 steps of a 48-token run took 36-73 ms and were stalled in only 3 to 9 (docs/ab.md).
-At 2 threads 48 tokens were caught in 20 of 20."""
+SETUPS = (("tiny-llama", 1, 400, True), ("tiny-llama", 2, 48, True),
+          ("medium-llama", 1, 32, True), ("medium-llama", 2, 32, False))
+"""Model, threads, tokens, and whether each thread is pinned (_command). Tiny-llama at 1 thread
+decodes 400 tokens (about 0.45 s) so that the busy loop, which shares the target's one CPU in
+slices of about 4 ms, meets every candidate run: the 47 steps of a 48-token run took 36-73 ms
+and were stalled in only 3 to 9 (docs/ab.md). At 2 threads 48 tokens were caught in 20 of 20."""
 SLOWED = "ffn_out"
 """The nodes slowed: ffn_down's matmuls (its tensor is named ffn_out)."""
 FOLDER = assets.CACHE / "bench" / "gate"
@@ -119,24 +121,25 @@ def _counted(flagged: list[list[str]], slowed: bool) -> dict[str, Any]:
     return counted
 
 
-def _setups() -> list[tuple[str, int, int]]:
+def _setups() -> list[tuple[str, int, int, bool]]:
     wanted = os.environ.get("GATE_SETUPS")
     return [s for s in SETUPS
             if wanted is None or f"{s[0]}-t{s[1]}" in wanted.split(",")]
 
 
-def _command(completion: Completion, model: str, threads: int, tokens: int, last: int
-             ) -> tuple[str, list[str]]:
+def _command(completion: Completion, model: str, threads: int, tokens: int, pinned: bool,
+             last: int) -> tuple[str, list[str]]:
     """A setup's folder name and command: one thread pinned to the `last` CPU by taskset, more
     threads each pinned to a CPU of its own by llama.cpp (`--cpu-strict 1`: thread i on the
-    mask's i-th CPU), which halved most matmuls' pair-to-pair spread of tiny-llama t2 (16 pairs
-    each way, in turns, 2026-12-06: attn_out's rel 7.3 % → 3.4 %, ffn_out's 4.7 % → 3.8 %; for
-    medium-llama t2 not yet shown: docs/ab.md); $GATE_PIN_THREADS=0 leaves them to the
-    scheduler."""
+    mask's i-th CPU) where `pinned` (or $GATE_PIN_THREADS=1; =0: none). Pinned, tiny-llama t2's
+    matmuls strayed half as far from pair to pair (16 pairs each way, in turns, 2026-12-06:
+    attn_out's rel 7.3 % → 3.4 %, ffn_out's 4.7 % → 3.8 %); medium-llama t2's gate did no better
+    pinned (2026-12-07: docs/ab.md)."""
     if threads == 1:
         return (f"{model}-t1-n{tokens}",
                 ["taskset", "-c", str(last), *completion(model, tokens, threads)])
-    if os.environ.get("GATE_PIN_THREADS") == "0":
+    pinned = {"0": False, "1": True}.get(os.environ.get("GATE_PIN_THREADS", ""), pinned)
+    if not pinned:
         return f"{model}-t{threads}-n{tokens}", completion(model, tokens, threads)
     mask = hex(sum(1 << cpu for cpu in sorted(os.sched_getaffinity(0))[:threads]))
     return (f"{model}-t{threads}-n{tokens}-strict",
@@ -152,8 +155,8 @@ def bench_gate(completion: Completion, settings: Settings | None = None) -> dict
     more = "" if pairs == PAIRS else f", {pairs} pairs"
     last = max(os.sched_getaffinity(0))
     results: dict[str, Any] = {}
-    for model, threads, tokens in _setups():
-        setup, command = _command(completion, model, threads, tokens, last)
+    for model, threads, tokens, pinned in _setups():
+        setup, command = _command(completion, model, threads, tokens, pinned, last)
         setup += "" if pairs == PAIRS else f"-p{pairs}"
         flagged: dict[str, list[list[str]]] = {name: [] for name in candidates(last)}
         for i in range(checks):

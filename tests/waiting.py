@@ -9,9 +9,9 @@ GUARD_S = 60
 """How long a wait may last: a guard against a hang, not a timing."""
 
 
-def wait_until(done: Callable[[], bool], what: str) -> None:
-    """Return once `done()`; fail with `what` if it is not so within GUARD_S."""
-    deadline = time.monotonic() + GUARD_S
+def wait_until(done: Callable[[], bool], what: str, timeout: float = GUARD_S) -> None:
+    """Return once `done()`; fail with `what` if it is not so within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
     while not done():
         assert time.monotonic() < deadline, what
         time.sleep(0.01)

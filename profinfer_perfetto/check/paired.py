@@ -13,7 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from profinfer_perfetto.check.baseline import Baseline, describe, merged, runs_of
-from profinfer_perfetto.check.stats import Change, Spread, median_change, moderate, t_quantile
+from profinfer_perfetto.check.stats import (
+    Change,
+    Spread,
+    mean_change,
+    median_change,
+    moderate,
+    t_quantile,
+)
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.query.engines import AUTO, EngineChoice
 
@@ -99,9 +106,31 @@ def pairs_agree_past(base: list[list[int]], new: list[list[int]], scale: float,
     baseline run that stalled (a task beside it) widens the band of the baseline's runs
     (stats.mean_noise) past the candidate's stalls; it cannot hide a move that every pair
     shows. Fewer than AGREEING_PAIRS pairs with samples on both sides: no."""
-    moves = np.array([(float(np.mean(n)) - float(np.mean(b))) / max(scale, 1e-9)
-                      for b, n in zip(base, new, strict=True) if b and n])
+    moves = _mean_moves(base, new, scale)
     return len(moves) >= AGREEING_PAIRS and bool(np.all(moves > limit) or np.all(moves < -limit))
+
+
+def _mean_moves(base: list[list[int]], new: list[list[int]], scale: float) -> np.ndarray:
+    """Each pair's move of a key's mean: its candidate run's mean less its baseline run's, over
+    `scale`, of the pairs with samples on both sides."""
+    return np.array([(float(np.mean(n)) - float(np.mean(b))) / max(scale, 1e-9)
+                     for b, n in zip(base, new, strict=True) if b and n])
+
+
+def pair_mean_change(base: list[list[int]], new: list[list[int]], scale: float) -> Change:
+    """The change of a key judged by its mean (stats.mean_change) on pairs of runs: the median
+    of its pairs' moves (_mean_moves), so that one run that stalled (a task beside it for a
+    while) moves the change no more than one pair's share of a median, where it moved the pooled
+    mean by its whole stall over the runs (at 2 threads here the same command's candidate run
+    stalled 40 % of a step in 3 checks of 20, flagging them: docs/ab.md). A busy machine for the
+    whole candidate side moves every pair and so the median. No interval, as unpaired;
+    Change.base and .new are each side's pooled mean. Fewer than MIN_PAIRS pairs: as unpaired."""
+    moves = _mean_moves(base, new, scale)
+    if len(moves) < MIN_PAIRS:
+        return mean_change(base, new, scale)
+    change = float(np.median(moves))
+    pooled = [float(np.mean([s for run in side for s in run])) for side in (base, new)]
+    return Change(pooled[0], pooled[1], change, change, change)
 
 
 def pair_spread(base: list[list[int]], new: list[list[int]]) -> Spread | None:

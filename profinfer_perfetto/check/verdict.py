@@ -14,7 +14,12 @@ from profinfer_perfetto.check.baseline import (
     shown,
 )
 from profinfer_perfetto.check.graph import GraphDiff
-from profinfer_perfetto.check.paired import pair_change, pair_spread, pairs_agree_past
+from profinfer_perfetto.check.paired import (
+    pair_change,
+    pair_mean_change,
+    pair_spread,
+    pairs_agree_past,
+)
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
     Change,
@@ -146,13 +151,26 @@ def _pair_priors(watched: dict[Rule, list[str]], base: Baseline, new: Baseline,
     return priors
 
 
+def _change(rule: Rule, base: list[list[int]], new: list[list[int]], scale: float,
+            settings: Settings, pair_priors: dict[Rule, Spread | None] | None) -> Change:
+    """A key's change by its rule's statistic; paired where there are `pair_priors` (the
+    rules' common spreads of pairs)."""
+    if rule.by_mean:
+        return (mean_change(base, new, scale) if pair_priors is None else
+                pair_mean_change(base, new, scale))
+    if pair_priors is None:
+        return median_change(base, new, settings.confidence, settings.resamples)
+    return pair_change(base, new, settings.confidence, settings.resamples, pair_priors[rule])
+
+
 def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             settings: Settings, paired: bool = False) -> CheckResult:
     """Each watched key's verdict. `paired` (runs lined up by paired.pair_up): a key's median is
     judged on its pairs' ratios, whose interval holds how runs differ, so no band of the
-    baseline's runs is held against it; a mean is judged as unpaired (the stalls a task beside
-    the target causes are what it is for, whichever runs they hit), but without the band where
-    every pair moved past the limit the same way (paired.pairs_agree_past)."""
+    baseline's runs is held against it; a mean's change is the median of its pairs' moves
+    (paired.pair_mean_change: one run that stalled moves one pair), held against the band of
+    the baseline runs' means as unpaired, but for where every pair moved past the limit the
+    same way (paired.pairs_agree_past)."""
     result = CheckResult([], _setup_warnings(base, new))
     confidence = f"{settings.confidence:.0%}"
     judged: list[int] = []
@@ -175,10 +193,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                 verdict, change = UNDECIDED, None
             else:
                 verdict = OK
-                change = (mean_change(a, b, scales[key]) if rule.by_mean else
-                          pair_change(a, b, settings.confidence, settings.resamples,
-                                      pair_priors[rule]) if paired else
-                          median_change(a, b, settings.confidence, settings.resamples))
+                change = _change(rule, a, b, scales.get(key, 0.0), settings,
+                                 pair_priors if paired else None)
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
                                            confidence))

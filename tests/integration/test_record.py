@@ -35,6 +35,7 @@ from profinfer_perfetto.query.session import TraceQuery
 from tests import trace_reader
 from tests.conftest import BUILD, Cli
 from tests.integration.bpftrace_count import BpftraceCount, recorded_pid
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
 
@@ -262,7 +263,7 @@ def running_server(llama: Callable[..., Path], model: Callable[[str], Path],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{_listening_port(server)}"
-        _wait_for(f"{url}/health")
+        wait_until(lambda: _answers(f"{url}/health"), f"{url}/health answered")
         yield server, url
     finally:
         server.terminate()
@@ -413,19 +414,15 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _wait_for(url: str, timeout: float = 60) -> None:
+def _answers(url: str) -> bool:
+    """Whether `url` answers with 200 OK now."""
     import urllib.request
 
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
 
 
 def _post(url: str, body: dict[str, object]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from scripts import assets
 from tests import trace_reader
 from tests.integration.bpftrace_count import BpftraceCount
 from tests.integration.test_record import PROMPT, completion, start_recorder, wait_for_a_token
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
 
@@ -43,13 +43,6 @@ def _schedstat(pid: int) -> tuple[int, int]:
     return int(ns), int(runs)
 
 
-def _wait_until(done: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
-        time.sleep(0.05)
-
-
 def _records(result: Result) -> list[dict[str, Any]]:
     return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
 
@@ -63,9 +56,9 @@ def _hog_beside(recorder: subprocess.Popen[str]) -> int:
     HOG_RUNS times, then stopped (SIGSTOP: it runs no more) and the recorder ended; its pid."""
     hog = subprocess.Popen(["taskset", "-c", str(HOG_CPU), "sh", "-c", "while :; do :; done"])
     try:
-        _wait_until(lambda: _schedstat(hog.pid)[1] >= HOG_RUNS, "the hog ran")
+        wait_until(lambda: _schedstat(hog.pid)[1] >= HOG_RUNS, "the hog ran", 120)
         hog.send_signal(signal.SIGSTOP)
-        _wait_until(lambda: process_state(hog.pid) == "T", "the hog stopped")
+        wait_until(lambda: process_state(hog.pid) == "T", "the hog stopped", 120)
         recorder.send_signal(signal.SIGINT)
         _, err = recorder.communicate(timeout=120)
         assert recorder.returncode == 0, err

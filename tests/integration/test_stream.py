@@ -9,7 +9,6 @@ import random
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from profinfer_perfetto.query.session import TraceQuery
 from scripts import assets
 from tests.conftest import Cli
 from tests.integration.test_record import PROMPT, start_recorder, wait_for_a_token
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
 
@@ -36,13 +36,14 @@ def generation(model: str, n: int) -> list[str]:
             "--context-shift", "-c", "256"]
 
 
-def _grown(path: Path, size: int, timeout: float = 120) -> int:
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def _grown(path: Path, size: int) -> int:
     """Wait until the file at `path` is larger than `size` bytes; its size then."""
-    deadline = time.monotonic() + timeout
-    while (now := path.stat().st_size if path.exists() else 0) <= size:
-        assert time.monotonic() < deadline, f"{path.name} did not grow in {timeout:.0f} s"
-        time.sleep(0.05)
-    return now
+    wait_until(lambda: _size(path) > size, f"{path.name} grew", 120)
+    return _size(path)
 
 
 def _copy(written: Path, to: Path) -> None:
@@ -101,7 +102,7 @@ def test_a_killed_recorder_leaves_the_run_up_to_the_kill(cli: Cli, tmp_path: Pat
         wait_for_a_token(recorder)
         # twice: the second write follows a drain that began after the token was printed
         grows = written if stream else written / INDEX_FILE
-        _grown(grows, _grown(grows, grows.stat().st_size if grows.exists() else 0))
+        _grown(grows, _grown(grows, _size(grows)))
         _read_output(recorder, random.Random(seed).randint(1, 200))
         _copy(written, before)
         recorder.kill()

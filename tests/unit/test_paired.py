@@ -16,7 +16,7 @@ from profinfer_perfetto.check.baseline import Baseline
 from profinfer_perfetto.check.paired import MAD_SD, ROBUST_PAIRS, pair_change
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import Spread, t_quantile
-from profinfer_perfetto.check.verdict import REGRESSION, WITHIN_NOISE, compare
+from profinfer_perfetto.check.verdict import OK, REGRESSION, WITHIN_NOISE, compare
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.trace_model import build
@@ -199,6 +199,17 @@ def test_a_stall_in_every_candidate_run_is_caught_past_a_stalled_baseline_run() 
     assert stall_verdict(base, [busy] * 3, paired=True) == REGRESSION
     assert stall_verdict(base, [busy, quiet, busy], paired=True) == WITHIN_NOISE
     assert stall_verdict(base[:2], [busy] * 2, paired=True) == WITHIN_NOISE
+
+
+def test_one_candidate_run_stalled_for_a_while_is_not_a_change_of_the_pairs() -> None:
+    """Something beside the target took a CPU during one candidate run (40 % of its steps
+    stalled for a whole step: 40 % of a step on average), no other run stalled. Unpaired, the
+    pooled mean moved by a third of that (+13 % of a step) past a band of quiet runs; paired,
+    the median of the three pairs' moves did not move (paired.pair_mean_change)."""
+    quiet, stalled = [0] * 50, [1000] * 20 + [0] * 30
+    base, new = [quiet] * 3, [quiet, quiet, stalled]
+    assert stall_verdict(base, new, paired=False) == REGRESSION
+    assert stall_verdict(base, new, paired=True) == OK
 
 
 @pytest.mark.parametrize("case", ["one run", "earlier runs", "unquoted", "rules"])
