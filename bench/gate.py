@@ -1,15 +1,14 @@
 """The paired gate's false alarms and power, as CI would meet them: `ab` runs of PAIRS pairs.
 
-For each setup (tiny-llama and medium-llama at 1 thread, pinned to the last CPU, and at 2
-threads: tiny-llama's each pinned to a CPU of its own, medium-llama's left to the scheduler) and
-each candidate, CHECKS runs of `profinfer-perfetto
-ab --runs PAIRS --sched` against the same command as the baseline: the same command again (a
-false alarm if flagged), ffn_down's matmuls (named ffn_out) 10 % and 5 % slower by a libggml-cpu
-built for it (bench/slowed.py), and a busy loop pinned to the last CPU while each candidate run
-runs (both to be caught); and that slowed build with nothing slowed (0 %), which tells what the
-build of its own moves (a check that flags another op than ffn_out there was not caused by the
-slowing). The candidates take turns (check i of each, then check i + 1 of each), so a slower
-hour of the machine falls on all of them alike.
+For each setup (tiny-llama and medium-llama at 1 thread, pinned to the last CPU, and at 2 threads:
+tiny-llama's each pinned to a CPU of its own, medium-llama's left to the scheduler) and each
+candidate, CHECKS runs of `profinfer-perfetto ab --runs PAIRS --sched` against the same command as
+the baseline: the same command again (a false alarm if flagged), ffn_down's matmuls (named ffn_out)
+10 % and 5 % slower by a libggml-cpu built for it (bench/slowed.py), and a busy loop pinned to the
+last CPU while each candidate run runs (both to be caught); and that slowed build with nothing
+slowed (0 %), which tells what the build of its own moves (a check that flags another op than
+ffn_out there was not caused by the slowing). The candidates take turns (check i of each, then
+check i + 1 of each), so a slower hour of the machine falls on all of them alike.
 
 Each `ab` folder is kept (under $PROFINFER_CACHE/bench/gate/SETUP/CANDIDATE/i, SETUP naming the
 model, threads and tokens, `-strict` where each thread is pinned), recorded only where missing, and

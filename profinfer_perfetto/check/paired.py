@@ -119,12 +119,12 @@ def _mean_moves(base: list[list[int]], new: list[list[int]], scale: float) -> np
 
 def pair_mean_change(base: list[list[int]], new: list[list[int]], scale: float) -> Change:
     """The change of a key judged by its mean (stats.mean_change) on pairs of runs: the median
-    of its pairs' moves (_mean_moves), so that one run that stalled (a task beside it for a
-    while) moves the change no more than one pair's share of a median, where it moved the pooled
-    mean by its whole stall over the runs (at 2 threads here the same command's candidate run
-    stalled 40 % of a step in 3 checks of 20, flagging them: docs/ab.md). A busy machine for the
-    whole candidate side moves every pair and so the median. No interval, as unpaired;
-    Change.base and .new are each side's pooled mean. Fewer than MIN_PAIRS pairs: as unpaired."""
+    of its pairs' moves (_mean_moves). One run that stalled for a while (a task beside it) moves
+    one pair, which the median of three or more leaves out, where it moved the pooled mean by a
+    share of its whole stall (at 2 threads here one candidate run of the same command stalled
+    20-43 % of a step in 3 checks of 20, flagging them: docs/ab.md); a busy machine for the whole
+    candidate side moves every pair, and so the median. No interval, as unpaired; Change.base
+    and .new are each side's pooled mean. Fewer than MIN_PAIRS pairs: as unpaired."""
     moves = _mean_moves(base, new, scale)
     if len(moves) < MIN_PAIRS:
         return mean_change(base, new, scale)
