@@ -125,12 +125,12 @@ def pair_mean_change(base: list[list[int]], new: list[list[int]], scale: float) 
     20-43 % of a step in 3 checks of 20, flagging them: docs/ab.md); a busy machine for the whole
     candidate side moves every pair, and so the median. No interval, as unpaired; Change.base
     and .new are each side's pooled mean. Fewer than MIN_PAIRS pairs: as unpaired."""
+    pooled = mean_change(base, new, scale)
     moves = _mean_moves(base, new, scale)
     if len(moves) < MIN_PAIRS:
-        return mean_change(base, new, scale)
+        return pooled
     change = float(np.median(moves))
-    pooled = [float(np.mean([s for run in side for s in run])) for side in (base, new)]
-    return Change(pooled[0], pooled[1], change, change, change)
+    return replace(pooled, change=change, low=change, high=change)
 
 
 def pair_spread(base: list[list[int]], new: list[list[int]]) -> Spread | None:

@@ -41,9 +41,16 @@ def _size(path: Path) -> int:
 
 
 def _grown(path: Path, size: int) -> int:
-    """Wait until the file at `path` is larger than `size` bytes; its size then."""
-    wait_until(lambda: _size(path) > size, f"{path.name} grew", 120)
-    return _size(path)
+    """Wait until the file at `path` is larger than `size` bytes; the size it was seen at."""
+    seen = size
+
+    def larger() -> bool:
+        nonlocal seen
+        seen = _size(path)
+        return seen > size
+
+    wait_until(larger, f"{path.name} grew", 120)
+    return seen
 
 
 def _copy(written: Path, to: Path) -> None:
