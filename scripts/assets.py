@@ -103,12 +103,15 @@ for linux/aarch64, for reading aarch64 code here (they do not run on this machin
 ARM64_BTI_FLAGS = "-mbranch-protection=standard"
 """The "arm64-bti" build's CFLAGS and CXXFLAGS: every function starts with `bti c` or
 `paciasp`, as distributions build arm64 code (BTI and PAC)."""
+X86_64_V3_CMAKE_FLAGS = (
+    "-DGGML_NATIVE=OFF", "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON",
+    "-DGGML_FMA=ON", "-DGGML_F16C=ON")
+"""ggml's CPU backend for x86-64-v3 (AVX2, no AVX-512), not for this machine's CPU."""
 CLANG_CMAKE_FLAGS = (
     "-DCMAKE_C_COMPILER=clang", "-DCMAKE_CXX_COMPILER=clang++", "-DGGML_BACKEND_DL=ON",
     # GGML_BACKEND_DL refuses GGML_NATIVE on x86 (its CPU backend checks the CPU's features at
     # load time), and GGML_CPU_ALL_VARIANTS builds a dozen CPU backends: one, for x86-64-v3.
-    "-DGGML_NATIVE=OFF", "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON",
-    "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+    *X86_64_V3_CMAKE_FLAGS,
     # Debian's clang has no OpenMP runtime without libomp-dev: ggml's own threads, always.
     "-DGGML_OPENMP=OFF")
 """The "clang" build: shared, made by Debian's clang, with the CPU backend a module
@@ -136,7 +139,8 @@ OTHER_BUILDS = ("arm64", "arm64-bti", "clang")
 def bin_dir(build: str = "shared") -> Path:
     """The tools of a build: "shared" (libggml-*.so beside them), "static" (one executable),
     "blas" (shared, with the BLAS backend), "arm64" and "arm64-bti" (shared, for aarch64),
-    "clang" (shared, libggml-cpu.so dlopened) or "vulkan" (shared, with the Vulkan backend)."""
+    "clang" (shared, libggml-cpu.so dlopened), "vulkan" (shared, with the Vulkan backend) or
+    "x86-64-v3" (shared, for any AVX2 CPU: what scripts/guest.sh's x86-64 machine runs)."""
     return LLAMA_DIR / f"build-{build}" / "bin"
 
 
@@ -164,6 +168,7 @@ def variables() -> dict[str, Path | str]:
         "LLAMA_ARM64_CMAKE_FLAGS": " ".join(ARM64_CMAKE_FLAGS),
         "LLAMA_ARM64_BTI_FLAGS": ARM64_BTI_FLAGS,
         "LLAMA_CLANG_CMAKE_FLAGS": " ".join(CLANG_CMAKE_FLAGS),
+        "LLAMA_X86_64_V3_CMAKE_FLAGS": " ".join(X86_64_V3_CMAKE_FLAGS),
         "LLAMA_VULKAN_CMAKE_FLAGS": " ".join(VULKAN_CMAKE_FLAGS),
         "VULKAN_HEADERS": VULKAN_HEADERS,
         "LLAMA_OLD_VERSION": OLD_VERSION,
@@ -171,7 +176,8 @@ def variables() -> dict[str, Path | str]:
         "LLAMA_OLD_TOOL": VERSIONS[OLD_VERSION].tool,
         "LLAMA_OLD_CMAKE_FLAGS": " ".join(VERSIONS[OLD_VERSION].cmake_flags),
     }
-    for build in ("shared", "static", "blas", "arm64", "arm64-bti", "clang", "vulkan"):
+    for build in ("shared", "static", "blas", "arm64", "arm64-bti", "clang", "vulkan",
+                  "x86-64-v3"):
         out[f"LLAMA_{build.upper().replace('-', '_')}_BIN"] = bin_dir(build)
     for name in ("tiny-llama", "tiny-qwen3moe", "tiny-mixtral", "medium-llama",
                  "medium-qwen3moe", "gemma-3-270m"):

@@ -8,10 +8,11 @@
 #   3. the venv .venv with profinfer-perfetto (editable) and Debian's bcc module linked in; the
 #      trace encoder's compiled renderer (a C file, built with cc)
 #   4. llama.cpp tools from the llama-cpp-python sdist, shared, static and BLAS builds, and an
-#      older version's shared build for the version matrix, and three more shared builds of the
-#      current version: for arm64 (cross-compiled, plain and with BTI/PAC) and made with clang
-#      with the CPU backend dlopened, and with the Vulkan backend (cached); the sdist's wheel
-#      in a venv of its own (llama.cpp loaded by Python)
+#      older version's shared build for the version matrix, and more shared builds of the
+#      current version: for arm64 (cross-compiled, plain and with BTI/PAC), made with clang
+#      with the CPU backend dlopened, for any AVX2 CPU (the emulated x86-64 machine's), and
+#      with the Vulkan backend (cached); the sdist's wheel in a venv of its own (llama.cpp
+#      loaded by Python)
 #   5. models: random-weight GGUF models and Gemma-3-270M Q4_K_M (cached)
 #   6. trace_processor: the perfetto API's pinned binary, where a network allows (cached)
 # Slow steps are cached under $PROFINFER_CACHE (see scripts/assets.py).
@@ -120,6 +121,11 @@ CFLAGS="$LLAMA_ARM64_BTI_FLAGS" CXXFLAGS="$LLAMA_ARM64_BTI_FLAGS" build_llama "$
     llama-completion llama-eval-callback
 build_llama "$LLAMA_DIR" clang ON "$LLAMA_CMAKE_FLAGS $LLAMA_CLANG_CMAKE_FLAGS" 19 2 \
     llama-completion llama-eval-callback
+# The shared build for any AVX2 CPU (x86-64-v3), for scripts/guest.sh's emulated x86-64
+# machine: qemu 7.2's TCG runs AVX2 but no AVX-512, which a native build uses on a CPU that has
+# it (there the native build's target dies of SIGILL). Niced too.
+build_llama "$LLAMA_DIR" x86-64-v3 ON "$LLAMA_CMAKE_FLAGS $LLAMA_X86_64_V3_CMAKE_FLAGS" 19 2 \
+    llama-completion
 # The shared build with ggml's Vulkan backend (it runs here on Mesa's lavapipe, a software GPU:
 # scripts/assets.py's vulkan_env), compiled against trixie's Vulkan headers. Niced too.
 vulkan_include=$(scripts/vulkan_headers.sh "$VULKAN_HEADERS")
