@@ -151,11 +151,12 @@ def _pair_priors(watched: dict[Rule, list[str]], base: Baseline, new: Baseline,
     return priors
 
 
-def _change(rule: Rule, base: list[list[int]], new: list[list[int]], scale: float,
+def _change(rule: Rule, base: list[list[int]], new: list[list[int]], scale: float | None,
             settings: Settings, pair_priors: dict[Rule, Spread | None] | None) -> Change:
-    """A key's change by its rule's statistic; paired where there are `pair_priors` (the
-    rules' common spreads of pairs)."""
+    """A key's change by its rule's statistic (`scale`: a by-mean key's step scale, None for
+    the others); paired where there are `pair_priors` (the rules' common spreads of pairs)."""
     if rule.by_mean:
+        assert scale is not None, "every by-mean key has its step scale"
         return (mean_change(base, new, scale) if pair_priors is None else
                 pair_mean_change(base, new, scale))
     if pair_priors is None:
@@ -182,7 +183,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     scales = {k: _step_scale(base, k) for rule, keys in watched.items() for k in keys
               if rule.by_mean}
     prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
-    pair_priors = _pair_priors(watched, base, new, settings.prior_dof) if paired else {}
+    pair_priors = _pair_priors(watched, base, new, settings.prior_dof) if paired else None
     for rule, keys in watched.items():
         for key in keys:
             a, b = base.samples[key], new.samples.get(key, [])
@@ -193,8 +194,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
                 verdict, change = UNDECIDED, None
             else:
                 verdict = OK
-                change = _change(rule, a, b, scales.get(key, 0.0), settings,
-                                 pair_priors if paired else None)
+                change = _change(rule, a, b, scales.get(key), settings, pair_priors)
                 judged.append(len(result.verdicts))
             result.verdicts.append(Verdict(rule, key, verdict, base_n, new_n, change,
                                            confidence))
