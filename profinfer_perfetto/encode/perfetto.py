@@ -372,19 +372,24 @@ class _Events:
     def __init__(self, layout: Layout, sequences: _Sequences, uuids: np.ndarray, args: _Bytes,
                  counter_iids: list[int], descs: _Bytes) -> None:
         self.layout = layout
-        self.seq = sequences.of_track[layout.track]
         self.used = sequences.used
-        size = max(seq.id for seq, _ in sequences.used) + 1
-        default = np.full(size, -1, np.int64)
-        self.last = np.zeros(size, np.int64)
+        # The sequences used, in the order of their ids (a slot each): sequence ids may be
+        # far apart (encode/units.py gives each unit a range of its own).
+        self.ids = np.unique([seq.id for seq, _ in sequences.used])
+        self.slot_of_track = np.searchsorted(self.ids, sequences.of_track)
+        self.seq = self.slot_of_track[layout.track]
+        """By row: its sequence's slot."""
+        default = np.full(len(self.ids), -1, np.int64)
+        self.last = np.zeros(len(self.ids), np.int64)
         """Each sequence's last packet time (as the packets rendered so far leave it)."""
         for seq, track in sequences.used:
-            default[seq.id], self.last[seq.id] = track, seq.last_ts
+            slot = self._slot(seq)
+            default[slot], self.last[slot] = track, seq.last_ts
         self.uuid_of = uuids
-        self.own = np.arange(len(uuids)) != default[sequences.of_track]
+        self.own = np.arange(len(uuids)) != default[self.slot_of_track]
         """By track: not its sequence's default track (its events name it)."""
         # What a packet on a sequence starts with: the sequence id, flags.
-        self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in range(size)])
+        self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in self.ids.tolist()])
         self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE
                                for iid in counter_iids]
         renderer = native.RENDERER
@@ -394,15 +399,15 @@ class _Events:
         self.args, self.descs = args, descs
         """The serialized arg sets, by arg set; the node description references, by row."""
         self._render = (_Numpy(self).render if renderer is None
-                        else self._compiled(renderer, sequences).render)
+                        else self._compiled(renderer).render)
 
-    def _compiled(self, renderer: native.Renderer, sequences: _Sequences) -> native.Events:
+    def _compiled(self, renderer: native.Renderer) -> native.Events:
         lay = self.layout
         compiled = renderer.events(native.Tables(
             _TAGS, self.counter_prefix, EventType.COUNTER, lay.ts, lay.track, lay.name, lay.args,
             lay.type, lay.value, self.descs, lay.flows,
             np.where(lay.counter_delta >= 0, lay.counter_delta, -1), lay.counter_track,
-            lay.counter_value, self.sampled, sequences.of_track, self.uuid_of, self.own,
+            lay.counter_value, self.sampled, self.slot_of_track, self.uuid_of, self.own,
             self.seq_head, self.last, self.args))
         self.last = compiled.last
         return compiled
@@ -417,7 +422,10 @@ class _Events:
     def done(self) -> None:
         """Each sequence's last packet time, for the packets of a next part."""
         for seq, _ in self.used:
-            seq.last_ts = int(self.last[seq.id])
+            seq.last_ts = int(self.last[self._slot(seq)])
+
+    def _slot(self, seq: _Sequence) -> int:
+        return int(np.searchsorted(self.ids, seq.id))
 
 
 class _Numpy:
