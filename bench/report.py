@@ -95,16 +95,19 @@ def _writer_md(w: Any) -> list[str]:
 
 
 def _write_md(w: Any) -> list[str]:
+    how = {"one sequence": "one sequence (the pipelined threads)",
+           "units": f"units, {w['workers']} worker processes ({w['cpus']} CPUs)"}
     return _table(["record's after-run write (tiny-llama 2 threads, tiled to "
-                   f"{w['capture_s_at_server_rate']} s at 300 k events/s, drains of 30 k events)",
-                   "events",
-                   "write s (CPU s), each round", "events/s", "share of the capture",
-                   "bytes per event"],
-                  [["spill read, model, layout, encode, deflate, file", str(w["events"]),
-                    " ".join(f"{s} ({c})" for s, c in zip(w["write_s"], w["cpu_s"],
+                   f"{w['capture_s_at_server_rate']} s at 300 k events/s, drains of 30 k events;"
+                   " spill read, model, layout, encode, deflate, file)",
+                   "events", "write s (machine's CPU s), each round", "events/s",
+                   "share of the capture", "bytes per event"],
+                  [[how[mode], str(w["events"]),
+                    " ".join(f"{s} ({c})" for s, c in zip(m["write_s"], m["cpu_s"],
                                                           strict=True)),
-                    str(w["events_per_s"]),
-                    f"{w['share_of_capture']:.0%} (target 10 %)", str(w["bytes_per_event"])]])
+                    str(m["events_per_s"]),
+                    f"{m['share_of_capture']:.0%} (target 10 %)", str(m["bytes_per_event"])]
+                   for mode, m in w["modes"].items()])
 
 
 def _after_md(a: Any) -> list[str]:

@@ -77,6 +77,7 @@ from profinfer_perfetto.capture.recorder import RecordRequest, plan, record
 from profinfer_perfetto.capture.run import Drained, Recording
 from profinfer_perfetto.capture.selection import Selection
 from profinfer_perfetto.capture.spill import Spill, spill_path
+from profinfer_perfetto.encode import units
 from profinfer_perfetto.encode.output import atomic_output
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import TraceStream, write_trace
@@ -679,18 +680,31 @@ SERVER_RATE = 300_000
 """Events per second of a busy llama-server capture (the server benchmark: 250-320 k)."""
 
 
+def _busy_s() -> float:
+    """CPU seconds the whole machine has spent so far (every process: the writer's workers too;
+    /proc/stat's ticks, 100 a second)."""
+    user, nice, system, _idle, _iowait, irq, softirq = map(
+        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8])
+    return (user + nice + system + irq + softirq) / 100
+
+
 def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
     """The after-run write of record's default (the records spilled during the run, the trace
     written from them once it ends) against the capture's duration: a real recording
     (tiny-llama, 256 tokens, 2 threads) tiled in time to `seconds` of capture at SERVER_RATE,
     cut into the drains such a capture brings (100 ms of SERVER_RATE: the chunks the writer
     models are as long as a server capture's, not as the recording's own slower rate made
-    them), spilled to disk (a temporary folder), then read back and written as the trace (wall
-    time, best round; the process's CPU time beside it)."""
+    them), spilled to disk (a temporary folder), then read back and written as the trace, in
+    one sequence (the pipelined threads) and in units by worker processes (one per CPU, two at
+    least: encode/units.py), in turns (wall time, best round; the machine's CPU time beside
+    it)."""
     request = RecordRequest(command=completion("tiny-llama", 256, 2))
     rec = record(request, plan(request))
     rec = tiled(rec, int(seconds * SERVER_RATE))
-    wall, cpu = [], []
+    modes = {"one sequence": 0, "units": max(2, units.workers())}
+    wall: dict[str, list[float]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[float]] = {mode: [] for mode in modes}
+    size = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "write.pftrace"
         spill = Spill(spill_path(out), len(rec.run.counters))
@@ -698,19 +712,24 @@ def bench_write(seconds: float = 10, rounds: int = 2) -> dict[str, Any]:
             spill(drained, rec.run)
         spill.finish()
         for _ in range(rounds):
-            start, cpu_start = time.perf_counter(), time.process_time()
-            write_trace(out, spill.drains(), rec)
-            wall.append(time.perf_counter() - start)
-            cpu.append(time.process_time() - cpu_start)
-        size = out.stat().st_size
+            for mode, workers in modes.items():
+                out.unlink(missing_ok=True)
+                start, cpu_start = time.perf_counter(), _busy_s()
+                write_trace(out, spill.drains(), rec, workers=workers)
+                wall[mode].append(time.perf_counter() - start)
+                cpu[mode].append(_busy_s() - cpu_start)
+                size[mode] = out.stat().st_size
         spill.remove()
     events = len(rec.events)
     capture_s = events / SERVER_RATE
     return {"events": events, "capture_s_at_server_rate": round(capture_s, 2),
-            "write_s": [round(w, 2) for w in wall], "cpu_s": [round(c, 2) for c in cpu],
-            "events_per_s": round(events / min(wall)),
-            "share_of_capture": round(min(wall) / capture_s, 3),
-            "bytes_per_event": round(size / events, 2)}
+            "cpus": len(os.sched_getaffinity(0)), "workers": modes["units"],
+            "modes": {mode: {"write_s": [round(w, 2) for w in wall[mode]],
+                             "cpu_s": [round(c, 2) for c in cpu[mode]],
+                             "events_per_s": round(events / min(wall[mode])),
+                             "share_of_capture": round(min(wall[mode]) / capture_s, 3),
+                             "bytes_per_event": round(size[mode] / events, 2)}
+                      for mode in modes}}
 
 
 AFTER_SETUPS = ((1, True), (1, False), (2, False))

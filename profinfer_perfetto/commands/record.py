@@ -34,6 +34,7 @@ from profinfer_perfetto.encode.follow import Follower, noted
 from profinfer_perfetto.encode.output import atomic_output, check_writable
 from profinfer_perfetto.encode.perfetto import write_perfetto
 from profinfer_perfetto.encode.stream import Rotation, TraceStream, write_trace
+from profinfer_perfetto.encode.units import UnitsWritten
 from profinfer_perfetto.errors import ExitCode, ProfinferError
 from profinfer_perfetto.machine import peaks
 from profinfer_perfetto.model.aggregate import op_stats
@@ -289,7 +290,8 @@ class RecordCommand:
         spill.remove()
         if stream is not None:
             totals = report_written(stream)
-            how = "from its records" + follower_plan.none_why()
+            how = ("from its records" + (stream.how() if isinstance(stream, UnitsWritten) else "")
+                   + follower_plan.none_why())
         else:
             assert followed is not None
             totals = followed.totals
@@ -298,7 +300,7 @@ class RecordCommand:
         print(f"  trace written {took:.2f} s after the run, {how}")
         return self._timed(totals)
 
-    def _after(self, spill: Spill, recording: Recording) -> TraceStream:
+    def _after(self, spill: Spill, recording: Recording) -> TraceStream | UnitsWritten:
         """The trace written from the run's records once it ended."""
         drains = spill.drains()
         stream = write_trace(self.output, drains, noted(recording, drains.notes))
@@ -421,7 +423,7 @@ def _check_modes(rotation: Rotation | None, stream: bool | None, json: bool, sch
                              "leave out --stream, --max-size, --json, --sched and --aggregate")
 
 
-def report_written(stream: TraceStream) -> RunTotals:
+def report_written(stream: TraceStream | UnitsWritten) -> RunTotals:
     """Say what was recorded and where it went; the run's totals."""
     assert stream.last is not None, "finish() writes the run's last chunk"
     print(summary(stream.totals, stream.last, stream.files[-1], stream.packets, "packets"))

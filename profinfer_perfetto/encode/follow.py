@@ -13,10 +13,11 @@ back.
 It reads the drains as the recorder writes them whole (a row of the index each) and writes
 the trace with TraceStream in the records folder (TRACE_FILE.part, then TRACE_FILE); the
 recorder hands it the final run on its stdin, waits for it and gives the trace OUTPUT's name.
-The trace is the same, byte for byte, as write_trace's of the same folder after the run: that
-writes every chunk with the final run, the follower with the run as known (RUN_FILE) when it
-read the drain, which differs only in what the final chunk alone says (FINAL_ONLY) unless a
-thread came later: the follower then starts over.
+The trace is the same, byte for byte, as write_trace's of the same folder after the run where
+that writes it in one sequence (not in units, encode/units.py, which answer every query the same
+on other sequences): that writes every chunk with the final run, the follower with the run as
+known (RUN_FILE) when it read the drain, which differs only in what the final chunk alone says
+(FINAL_ONLY) unless a thread came later: the follower then starts over.
 
 A follower that fails or is killed leaves the records whole: the recorder writes the trace
 from them after the run, as without it. One whose recorder dies is killed with it

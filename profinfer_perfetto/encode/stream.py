@@ -18,26 +18,28 @@ newest `keep` files are kept.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import queue
 import threading
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
-from profinfer_perfetto.capture.run import Drained, Recording, Records, Run, Task, scheduling
+from profinfer_perfetto.capture.run import Drained, Recording, Records, Run, Task
 from profinfer_perfetto.capture.spill import write_all
+from profinfer_perfetto.encode import units
 from profinfer_perfetto.encode.output import PART_SUFFIX
 from profinfer_perfetto.encode.perfetto import Written, write_perfetto
 from profinfer_perfetto.errors import ProfinferError
 from profinfer_perfetto.files import create_new
-from profinfer_perfetto.model.chunks import Chunk, Chunker
+from profinfer_perfetto.model.chunks import Chunk, Chunker, model_chunk
 from profinfer_perfetto.model.layout import Tables, build_layout
 from profinfer_perfetto.model.totals import RunTotals
-from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
+from profinfer_perfetto.model.trace_model import Continuation, TraceModel
 
 T = TypeVar("T")
 
@@ -232,7 +234,7 @@ class TraceStream:
         assert self.rotation is not None and self.last is not None
         following = self.rotation.path(self.output, self.index + 1)
         closing = replace(run, status=f"continued in {following.name}")
-        model = _model_chunk(_empty(run), closing, self.last.then(final=True), self.tasks)
+        model = model_chunk(_empty(run), closing, self.last.then(final=True), self.tasks)
         self._write(_Modelled(model, closing, self.tasks, self.programs), closing=True)
         if self.failed is None:
             fd = create_new(part_path(following))  # refused: this file is still closed whole
@@ -244,7 +246,7 @@ class TraceStream:
                op_stats: list[tuple[int, np.ndarray]] | None = None) -> TraceModel:
         """A chunk's model; the tasks and programs it names first join the known ones (the
         modeller's, or finish's once the modeller stopped)."""
-        model = _model_chunk(chunk, run, cont, self.tasks, op_stats)
+        model = model_chunk(chunk, run, cont, self.tasks, op_stats)
         if model.sched is not None:
             self.tasks = self.tasks | model.sched.tasks
             self.programs = self.programs | model.sched.programs
@@ -271,12 +273,22 @@ class TraceStream:
             self.last = model
 
 
-def write_trace(output: Path, drains: Iterable[Drained], recording: Recording) -> TraceStream:
-    """Write a run whose drains were kept (on disk) as the trace `output`, chunk by chunk, as
-    it was captured (pipelined: the run has ended); `recording`: how it ended."""
+def write_trace(output: Path, drains: Iterable[Drained], recording: Recording,
+                workers: int | None = None, unit_events: int = units.UNIT_EVENTS
+                ) -> TraceStream | units.UnitsWritten:
+    """Write a run whose drains were kept (on disk) as the trace `output`, once it has ended
+    (`recording`: how): in units of `unit_events` by `workers` processes (default: one per CPU)
+    where the run takes two units or more and is countable (encode/units.py), else chunk by
+    chunk, as it was captured (pipelined)."""
+    drains = iter(drains)
+    size = units.workers() if workers is None else workers
+    ahead = units.look_ahead(drains, recording.run, size, unit_events)
+    if ahead.chunker is not None:
+        return _in_units(output, ahead.chunked(drains, recording.run.end_ns), recording, size,
+                         unit_events)
     stream = TraceStream(output, pipelined=True)
     try:
-        for drained in drains:
+        for drained in itertools.chain(ahead.drains, drains):
             stream(drained, recording.run)
     except BaseException:
         stream.abandon()
@@ -285,13 +297,36 @@ def write_trace(output: Path, drains: Iterable[Drained], recording: Recording) -
     return stream
 
 
-def _model_chunk(chunk: Chunk, run: Run, cont: Continuation, known: Container[int],
-                op_stats: list[tuple[int, np.ndarray]] | None = None) -> TraceModel:
-    """A chunk's model, its scheduling naming the tasks that are not `known`."""
-    sched = None if run.sched_cpus is None else scheduling(chunk.sched, run, known)
-    recording = Recording(chunk.events, chunk.nodes, chunk.routes, chunk.batches,
-                          chunk.sched, run=run, op_stats=op_stats or [], scheduling=sched)
-    return build(recording, cont)
+def _in_units(output: Path, chunks: Iterable[tuple[Chunk, bool]], recording: Recording,
+              workers: int, unit_events: int) -> units.UnitsWritten:
+    """The trace written in units by `workers` processes, as OUTPUT.part until whole; a write
+    that fails (a full disk) keeps the units written whole."""
+    part = part_path(output)
+    fd = create_new(part, output)
+    size = 0
+
+    def append(data: bytes) -> None:
+        nonlocal size
+        try:
+            write_all(fd, memoryview(data))
+        except OSError as exc:
+            os.ftruncate(fd, size)
+            raise ProfinferError(f"writing {part} failed ({exc.strerror}): it holds the run up "
+                                 "to there (without its summary)") from None
+        size += len(data)
+
+    try:
+        write = units.UnitsWrite(recording.run, workers, append, unit_events)
+        done = write(chunks, recording.op_stats)
+    except BaseException:
+        os.close(fd)
+        if size == 0:
+            part.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(part, output)
+    done.files.append(output)
+    return done
 
 
 def _empty(run: Run) -> Chunk:

@@ -12,13 +12,22 @@ changed) are carried from chunk to chunk, the latest one per tensor.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from profinfer_perfetto.capture.events import NODE, Kind
-from profinfer_perfetto.capture.run import Drained, Records, drained_dtypes
+from profinfer_perfetto.capture.run import (
+    Drained,
+    Recording,
+    Records,
+    Run,
+    drained_dtypes,
+    scheduling,
+)
 from profinfer_perfetto.model.records import concat, take
+from profinfer_perfetto.model.trace_model import Continuation, TraceModel, build
 
 
 @dataclass
@@ -96,3 +105,12 @@ def _latest_per_tensor(nodes: np.ndarray) -> np.ndarray:
     order = np.lexsort((np.arange(len(nodes)), nodes["ts"], nodes["ptr"]))
     last = np.append(nodes["ptr"][order][1:] != nodes["ptr"][order][:-1], True)
     return take(nodes, order[last])
+
+
+def model_chunk(chunk: Chunk, run: Run, cont: Continuation, known: Container[int],
+                op_stats: list[tuple[int, np.ndarray]] | None = None) -> TraceModel:
+    """A chunk's model, its scheduling naming the tasks that are not `known`."""
+    sched = None if run.sched_cpus is None else scheduling(chunk.sched, run, known)
+    recording = Recording(chunk.events, chunk.nodes, chunk.routes, chunk.batches,
+                          chunk.sched, run=run, op_stats=op_stats or [], scheduling=sched)
+    return build(recording, cont)

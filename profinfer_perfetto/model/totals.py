@@ -35,6 +35,18 @@ class RunTotals:
         self.dropped_ops += model.dropped_ops
         self.device_ops += 0 if model.device_ops is None else len(model.device_ops.begin)
 
+    def absorb(self, other: RunTotals) -> None:
+        """Add the counts of another part of the run."""
+        self.steps += other.steps
+        self.tokens += other.tokens
+        self.graphs += other.graphs
+        self.ops += other.ops
+        self.op_threads |= other.op_threads
+        self.edges += other.edges
+        self.events += other.events
+        self.dropped_ops += other.dropped_ops
+        self.device_ops += other.device_ops
+
     @staticmethod
     def of(model: TraceModel) -> RunTotals:
         totals = RunTotals()
