@@ -228,7 +228,10 @@ class _Worker:
 
 
 def _start(size: int) -> list[_Worker]:
-    """`size` workers forked from a server that has this module imported."""
+    """`size` workers forked from a server that has this module imported. As multiprocessing's
+    children do, each imports the parent's main module first: the console script and `python -m
+    profinfer_perfetto` guard their main; a script that does not, or one read from stdin, makes
+    the workers die and the write fail (WorkerFailed)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     started = []
