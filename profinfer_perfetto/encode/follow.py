@@ -224,7 +224,7 @@ class Following:
     def _start_over(self) -> None:
         """Chunks went with a run unlike the rest of it (a thread came since): write anew."""
         self.stream.abandon()
-        self.stream.part.unlink(missing_ok=True)
+        self.stream.file.part.unlink(missing_ok=True)
         self.started_over += 1
         self._begin()
 

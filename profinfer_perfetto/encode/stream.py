@@ -54,6 +54,36 @@ def part_path(output: Path) -> Path:
     return output.with_name(output.name + PART_SUFFIX)
 
 
+class _Part:
+    """A trace file growing as PATH.part by whole pieces, which takes PATH's name once whole."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        """`fd`: PATH.part, created new."""
+        self.path, self.part, self.fd = path, part_path(path), fd
+        self.size = 0
+
+    def append(self, data: memoryview) -> str | None:
+        """Append `data` whole, or nothing of it: why not (a full disk), if so."""
+        try:
+            write_all(self.fd, data)
+        except OSError as exc:
+            os.ftruncate(self.fd, self.size)  # the pieces written whole stay
+            return f"writing {self.part} failed ({exc.strerror})"
+        self.size += len(data)
+        return None
+
+    def close(self) -> None:
+        """It is whole: it takes its name."""
+        os.close(self.fd)
+        os.replace(self.part, self.path)
+
+    def abandon(self) -> None:
+        """Keep what was written (as PATH.part), or nothing."""
+        os.close(self.fd)
+        if self.size == 0:
+            self.part.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class Rotation:
     """--max-size / --rotate: a series of files of about `max_bytes` each, the newest `keep`
@@ -139,8 +169,7 @@ class TraceStream:
 
     def _open(self, fd: int) -> None:
         """Go on in the file `fd`, created new as PATH.part."""
-        self.part, self.fd = part_path(self.path), fd
-        self.size = 0
+        self.file = _Part(self.path, fd)
         self.written = Written()
         self.fresh = True
         """Nothing of the run is in this file yet: its scheduling names every task known."""
@@ -189,7 +218,7 @@ class TraceStream:
         """Write a chunk; then, past the size limit, go on in the next file."""
         self._write(modelled)
         if (self.failed is None and self.rotation is not None
-                and self.size >= self.rotation.max_bytes):
+                and self.file.size >= self.rotation.max_bytes):
             self._rotate(modelled.run)
 
     def _stop_workers(self) -> None:
@@ -216,13 +245,10 @@ class TraceStream:
     def abandon(self) -> None:
         """The capture failed: keep what was written (as a .part file), or nothing."""
         self._stop_workers()
-        os.close(self.fd)
-        if self.size == 0:
-            self.part.unlink(missing_ok=True)
+        self.file.abandon()
 
     def _close(self) -> None:
-        os.close(self.fd)
-        os.replace(self.part, self.path)
+        self.file.close()
         self.files.append(self.path)
         if self.rotation is not None and self.rotation.keep:
             for old in self.files[:-self.rotation.keep]:
@@ -259,13 +285,9 @@ class TraceStream:
                                                  programs=dict(modelled.programs)))
         out = io.BytesIO()
         packets = write_perfetto(build_layout(model, self.tables), out, self.written)
-        try:
-            write_all(self.fd, out.getbuffer())
-        except OSError as exc:
-            self.failed = f"writing {self.part} failed ({exc.strerror})"
-            os.ftruncate(self.fd, self.size)  # the chunks written whole stay
+        if (failed := self.file.append(out.getbuffer())) is not None:
+            self.failed = failed
             return
-        self.size += out.tell()
         self.fresh = False
         self.packets += packets
         if not closing:
@@ -301,30 +323,19 @@ def _in_units(output: Path, chunks: Iterable[tuple[Chunk, bool]], recording: Rec
               workers: int, unit_events: int) -> units.UnitsWritten:
     """The trace written in units by `workers` processes, as OUTPUT.part until whole; a write
     that fails (a full disk) keeps the units written whole."""
-    part = part_path(output)
-    fd = create_new(part, output)
-    size = 0
+    file = _Part(output, create_new(part_path(output), output))
 
     def append(data: bytes) -> None:
-        nonlocal size
-        try:
-            write_all(fd, memoryview(data))
-        except OSError as exc:
-            os.ftruncate(fd, size)
-            raise ProfinferError(f"writing {part} failed ({exc.strerror}): it holds the run up "
-                                 "to there (without its summary)") from None
-        size += len(data)
+        if (failed := file.append(memoryview(data))) is not None:
+            raise ProfinferError(f"{failed}: it holds the run up to there (without its summary)")
 
     try:
         write = units.UnitsWrite(recording.run, workers, append, unit_events)
         done = write(chunks, recording.op_stats)
     except BaseException:
-        os.close(fd)
-        if size == 0:
-            part.unlink(missing_ok=True)
+        file.abandon()
         raise
-    os.close(fd)
-    os.replace(part, output)
+    file.close()
     done.files.append(output)
     return done
 

@@ -26,6 +26,7 @@ as the trace written in one sequence, on trace_processor and on the builtin engi
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import itertools
@@ -419,12 +420,11 @@ class UnitsWrite:
     def _stop(self) -> None:
         """Tell the workers to stop (after a failure, stop them)."""
         for worker in self.workers:
-            try:
-                if worker.unit is not None:
-                    raise BrokenPipeError
-                worker.conn.send(None)
-            except OSError:
-                worker.process.kill()
+            if worker.unit is None:
+                with contextlib.suppress(OSError):
+                    worker.conn.send(None)  # an idle worker stops
+                    continue
+            worker.process.kill()  # a busy one, or one that died
         for worker in self.workers:
             worker.process.join()
             worker.conn.close()
