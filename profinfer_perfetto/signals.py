@@ -38,8 +38,6 @@ class Note:
 
 
 _noting: Note | None = None
-_ended_on: int | None = None
-"""The signal the last noted() block that got one was ended by."""
 
 
 def _handle(signum: int, frame: FrameType | None) -> None:
@@ -65,23 +63,13 @@ def handled() -> Iterator[None]:
 @contextlib.contextmanager
 def noted() -> Iterator[Note]:
     """Within the block a signal raises nothing: it is noted, for the block to end on."""
-    global _noting, _ended_on
+    global _noting
     outer, note = _noting, Note()
     _noting = note
     try:
         yield note
     finally:
         _noting = outer
-        _ended_on = note.signal or _ended_on
-
-
-def raise_if_noted() -> None:
-    """Raise Interrupted if a signal was noted (and so ended a block) since the last call: a
-    command that runs several captures (`ab`) ends after the one a signal ended."""
-    global _ended_on
-    signum, _ended_on = _ended_on, None
-    if signum is not None:
-        raise Interrupted(signum)
 
 
 @contextlib.contextmanager

@@ -3,20 +3,19 @@ the other, and judge the candidate on the pairs (`check --paired`, check/paired.
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import os
 import shlex
+import signal
+import socket
+import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from profinfer_perfetto import signals
-from profinfer_perfetto.capture.recorder import RecordRequest
+from profinfer_perfetto.capture.recorder import RecordRequest, plan
 from profinfer_perfetto.check.paired import MIN_PAIRS
 from profinfer_perfetto.commands.check import CheckCommand
 from profinfer_perfetto.commands.options import (
@@ -27,11 +26,13 @@ from profinfer_perfetto.commands.options import (
     RulesOption,
     TraceProcessorOption,
 )
-from profinfer_perfetto.commands.record import RecordCommand
+from profinfer_perfetto.commands.record import GO, READY
 from profinfer_perfetto.errors import ProfinferError
-from profinfer_perfetto.machine import peaks
 from profinfer_perfetto.query.engines import EngineChoice
 
+EXEC_WRAPPERS = frozenset({"env", "taskset", "nice", "numactl", "chrt", "ionice", "setarch"})
+"""Commands that only set something up and exec the command they are given: held where the
+runtime's loader reports it, they run nothing beside it (a shell script may: a busy loop)."""
 SIDES = ("base", "cand")
 """The names of the baseline's and the candidate's traces: base-00.pftrace, cand-00.pftrace."""
 
@@ -86,15 +87,17 @@ class AbCommand:
         commands = self._commands()
         self.check.options()
         self._folder()
-        roofs, roofs_note = peaks.for_record(None)
-        request = RecordRequest(sched=self.sched, peaks=roofs, peaks_note=roofs_note)
+        ahead = {side: (Path(command[0]).name in EXEC_WRAPPERS
+                        or plan(RecordRequest(command=command)) is not None)
+                 for side, command in commands.items()}
         width = max(2, len(str(self.runs - 1)))
         for i in range(self.runs):
             # A then B, then B then A: what the first run of a pair gains or loses (a warm
             # cache, a CPU's clock still rising) falls on each side alike.
-            for side in SIDES if i % 2 == 0 else SIDES[::-1]:
-                output = self.folder / f"{side}-{i:0{width}d}.pftrace"
-                self._record(replace(request, command=commands[side]), output)
+            order = SIDES if i % 2 == 0 else SIDES[::-1]
+            first, second = (_Run(commands[side], self.folder / f"{side}-{i:0{width}d}.pftrace",
+                                  self.sched, ahead[side]) for side in order)
+            _pair(first, second)
         where = glob.escape(str(self.folder))
         return replace(self.check, trace=f"{where}/cand-*.pftrace",
                        baseline=f"{where}/base-*.pftrace", paired=True).run()
@@ -125,27 +128,88 @@ class AbCommand:
             raise ProfinferError(f"{self.folder} holds the runs of an earlier ab ({earlier[0]}"
                                  "): give a new or empty folder")
 
-    def _record(self, request: RecordRequest, output: Path) -> None:
-        """One run, as `record --no-follow -o OUTPUT -- COMMAND` makes it (nothing beside the
-        target it times but the drains, as when the gate's error rates were measured:
-        docs/ab.md); what record and the target say goes to stderr (stdout is the check's,
-        which `--format json` keeps a JSON document)."""
-        print(f"profinfer-perfetto: ab: {output.name}: {shlex.join(request.command or [])}",
-              file=sys.stderr, flush=True)
-        with _stdout_to_stderr():
-            RecordCommand(request, output, follow=False).run()
-        signals.raise_if_noted()  # a signal ended that capture: the pairs end with it
+
+@dataclass(frozen=True)
+class _Run:
+    """A run of a pair: its command, its trace, with --sched, and whether it is made ready
+    before the run before it goes: where the command's own files hold the runtime (held before
+    its exec) or it is one of EXEC_WRAPPERS, but not another wrapper, which runs until the
+    runtime is found in it and may start more meanwhile (the bench's busy loop beside the
+    candidate would run beside the baseline)."""
+
+    command: list[str]
+    output: Path
+    sched: bool
+    ahead: bool
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """File descriptor 1 onto 2 for a while: this process's writes and the target's it starts."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
+def _pair(first: _Run, second: _Run) -> None:
+    """Two runs, one right after the other: each by a `record --hold-fd` of its own, the second
+    (where it can be) ready, its probes compiled and attached and its target held, before the
+    first goes, so that it starts within a fraction of a second of the first's end (this VM's
+    speed changes from one second to the next: docs/ab.md, "Pairs close in time")."""
+    turns = [_Turn.start(first)]
     try:
-        yield
+        if second.ahead:
+            turns.append(_Turn.start(second))
+        for turn in turns:
+            turn.ready()
+        turns[0].go()
+        if len(turns) == 1:
+            turns.append(_Turn.start(second))
+            turns[1].ready()
+        turns[1].go()
     finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        for turn in turns:
+            turn.end()
+
+
+@dataclass
+class _Turn:
+    """A run of a pair: `record --no-follow --hold-fd` in a process of its own (nothing beside
+    the target it times but the drains, as when the gate's error rates were measured:
+    docs/ab.md), which attaches the probes and holds its target until its turn. What record and
+    the target say goes to stderr (stdout is the check's, which `--format json` keeps a JSON
+    document)."""
+
+    proc: subprocess.Popen[bytes]
+    control: socket.socket
+    name: str
+
+    @staticmethod
+    def start(run: _Run) -> _Turn:
+        print(f"profinfer-perfetto: ab: {run.output.name}: {shlex.join(run.command)}",
+              file=sys.stderr, flush=True)
+        control, theirs = socket.socketpair()
+        with theirs:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "profinfer_perfetto", "record", "--no-follow",
+                 "--hold-fd", str(theirs.fileno()), "-o", str(run.output),
+                 *(["--sched"] if run.sched else []), "--", *run.command],
+                stdout=sys.stderr.fileno(), pass_fds=[theirs.fileno()])
+        return _Turn(proc, control, run.output.name)
+
+    def ready(self) -> None:
+        """Once its probes are attached."""
+        if self.control.recv(len(READY), socket.MSG_WAITALL) != READY:
+            self._failed("before its probes were attached")
+
+    def go(self) -> None:
+        """Let its target run; returns once the trace is written."""
+        self.control.sendall(GO)
+        self.control.close()
+        if self.proc.wait() != 0:
+            self._failed("")
+
+    def end(self) -> None:
+        """Ended, whatever happened: a held target is ended by its recorder (the end of file it
+        reads), a running one's capture is ended and written (SIGTERM)."""
+        self.control.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait()
+
+    def _failed(self, when: str) -> None:
+        code = self.proc.wait()
+        raise ProfinferError(f"ab: the run for {self.name} failed{' ' + when if when else ''} "
+                             f"(record exited {code}; what it said is above)")

@@ -151,6 +151,16 @@ PeaksOption = Annotated[
                  f"for `roofline`  [default: ${peaks.PEAKS_ENV} or the user's cache, "
                  "where calibrate stores them, if there]"),
 ]
+HoldFdOption = Annotated[
+    int | None,
+    typer.Option("--hold-fd", hidden=True, help="(ab's) Once the probes are attached, write "
+                 "READY to this descriptor and let the target run only on GO from it."),
+]
+READY = b"attached\n"
+"""What a run held by --hold-fd writes once its probes are attached (its target held)."""
+GO = b"go\n"
+"""What lets a run held by --hold-fd go; anything else (ab ended: end of file) ends its target,
+and nothing is recorded."""
 GpuTimestampsOption = Annotated[
     bool,
     typer.Option("--gpu-timestamps", help="With a launched command on ggml's Vulkan backend: "
@@ -174,6 +184,9 @@ class RecordCommand:
     follow: bool | None = None
     """With the records kept on disk: a follower process writes the trace from them as they
     come (True), never (False), or where the target leaves the recorder a CPU (None)."""
+    hold_fd: int | None = None
+    """A descriptor on which the run waits for its turn once its probes are attached (ab's:
+    the next run of a pair is ready before the one before it ends)."""
 
     @staticmethod
     def cli(command: CommandArgument = None, output: OutputOption = Path("profinfer.pftrace"),
@@ -187,7 +200,8 @@ class RecordCommand:
             rotate: RotateOption = 0, stream: StreamOption = None, sched: SchedOption = False,
             peaks_file: PeaksOption = None,
             gpu_timestamps: GpuTimestampsOption = False,
-            exact: ExactOption = False, follow: FollowOption = None) -> int:
+            exact: ExactOption = False, follow: FollowOption = None,
+            hold_fd: HoldFdOption = None) -> int:
         """The options, checked: the command to run."""
         counters = _counters(counter)
         rotation = _rotation(max_size, rotate, json)
@@ -196,6 +210,8 @@ class RecordCommand:
         if gpu_timestamps and pid is not None:
             raise ProfinferError("--gpu-timestamps needs a command to launch (the backend "
                                  "reads GGML_VK_PERF_LOGGER as it starts), not --pid")
+        if hold_fd is not None and not command:
+            raise ProfinferError("--hold-fd holds a command it launches: give one, not --pid")
         roofs, roofs_note = peaks.for_record(peaks_file)
         request = RecordRequest(
             command=command or None,
@@ -212,7 +228,8 @@ class RecordCommand:
             gpu_timestamps=gpu_timestamps,
         )
         return RecordCommand(request, output, json=json, ebpf=ebpf, rotation=rotation,
-                             stream=bool(stream) or rotation is not None, follow=follow).run()
+                             stream=bool(stream) or rotation is not None, follow=follow,
+                             hold_fd=hold_fd).run()
 
     def run(self) -> int:
         probe_plan = plan(self.request)
@@ -332,6 +349,21 @@ class RecordCommand:
     def _attached(self, pid: int) -> None:
         print(f"profinfer-perfetto: tracing pid {pid}; Ctrl-C stops and writes {self.output}",
               file=sys.stderr, flush=True)
+        if self.hold_fd is not None:
+            _wait_turn(self.hold_fd)
+
+
+def _wait_turn(fd: int) -> None:
+    """--hold-fd: say that the probes are attached, and wait for GO."""
+    got = b""
+    try:
+        os.write(fd, READY)
+        while len(got) < len(GO) and (more := os.read(fd, len(GO) - len(got))):
+            got += more
+    except OSError:
+        pass
+    if got != GO:
+        raise ProfinferError("the run's turn never came (its ab ended first): nothing recorded")
 
 
 @dataclass

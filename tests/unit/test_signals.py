@@ -3,7 +3,6 @@ cli.main), and a launched command held before its exec never runs if the recorde
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -59,18 +58,6 @@ def test_noted_raises_nothing() -> None:
     with signals.handled(), signals.noted() as note:
         _to_self(signal.SIGTERM)
         assert note.signal == signal.SIGTERM
-
-
-def test_a_signal_that_ended_a_noted_block_is_raised_once_asked() -> None:
-    """`ab`: a signal ends the capture it came in, then the run of captures."""
-    with contextlib.suppress(signals.Interrupted):
-        signals.raise_if_noted()  # what the tests before noted
-    with signals.handled():
-        with signals.noted():
-            _to_self(signal.SIGHUP)
-        with pytest.raises(signals.Interrupted):
-            signals.raise_if_noted()
-    signals.raise_if_noted()  # raised once
 
 
 def test_deferred_raises_once_the_block_ran_whole() -> None:
