@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import glob
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -203,11 +202,10 @@ class _Turn:
 
     def end(self) -> None:
         """Ended, whatever happened: a held target is ended by its recorder (the end of file it
-        reads), a running one's capture is ended and written (SIGTERM)."""
+        reads), and nothing recorded; a running one goes on to its end, or to the signal that
+        ended `ab` where that came from a terminal (its process group), and is written."""
         self.control.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait()
+        self.proc.wait()
 
     def _failed(self, when: str) -> None:
         code = self.proc.wait()
