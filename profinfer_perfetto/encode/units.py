@@ -391,6 +391,10 @@ class UnitsWrite:
 
     def _take(self, trace: UnitTrace) -> None:
         self.write(trace.data)
+        self._count(trace)
+
+    def _count(self, trace: UnitTrace) -> None:
+        """What a unit's trace holds, added to the run's."""
         self.done.packets += trace.packets
         self.done.totals.absorb(trace.totals)
 
@@ -413,9 +417,7 @@ class UnitsWrite:
                 tail.add(chunk, replace(self.run, end_ns=chunk.end_ns))
             self.write(tail.out.getvalue())
             tail.out = io.BytesIO()
-        trace = tail.trace()
-        self.done.packets += trace.packets
-        self.done.totals.absorb(trace.totals)
+        self._count(tail.trace())  # its bytes written chunk by chunk above
 
     def _stop(self) -> None:
         """Tell the workers to stop (after a failure, stop them)."""
