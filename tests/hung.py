@@ -48,10 +48,12 @@ def thread_states(pid: int) -> str:
 
 
 def states_then_kill(root: int) -> str:
-    """The threads of `root` and its descendants, then SIGKILL to every one of them."""
+    """The threads of `root` and its descendants, then SIGKILL to every one of them, parents
+    first: a parent killed after its child could reap it and exit on its own meanwhile (a
+    shell's `wait` returns 0 once its child is gone)."""
     tree = descendants(root)
     said = "\n".join(thread_states(pid) for pid in tree)
-    for pid in reversed(tree):
+    for pid in tree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return said
