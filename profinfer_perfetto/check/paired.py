@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profinfer_perfetto.check.baseline import Baseline, describe, merged, runs_of
+from profinfer_perfetto.check.baseline import REL, Baseline, describe, merged, runs_of
 from profinfer_perfetto.check.stats import (
     Change,
     Spread,
@@ -36,9 +36,19 @@ ROBUST_PAIRS = 4
 deviation, not their mean and standard deviation: at 2 threads here a process now and then runs
 in a mode of its own (tiny-llama pinned: 55 pairs of 300 odd, the small matmuls' rel 15-40 % off,
 the step mostly 20-80 %), and that one odd pair moves a mean and widens its interval past what
-the other pairs show (docs/ab.md, "Odd pairs"). Three pairs hold too little to tell an odd one."""
+the other pairs show (docs/ab.md, "Odd pairs"). Three pairs hold too little to tell an odd one
+by one key's ratios; by all the ops' together they do (odd_pair)."""
 MAD_SD = 1.4826
 """A normal distribution's standard deviation over its median absolute deviation."""
+ODD_PAIR = 0.02
+"""How far a pair's ops' times against each other (their `rel` keys' log ratios, the median
+over the keys) may lie from the other pairs' before the pair is taken to straddle a change of
+the machine's speed mode (odd_pair). A change of the candidate's moves its keys alike in every
+pair, which no pair's distance shows. Here (bench gate, 2026-12-07, the 1200 pairs of its 400
+3-pair checks) half the pairs lie within 0.004, nine in ten within 0.018, 100 past 0.02 and the
+farthest, split by a mode, 0.03-0.08 (docs/ab.md, "One odd pair of three")."""
+ODD_PAIR_KEYS = 3
+"""Fewer keys of `rel` kind than this show no pattern of the machine's to tell an odd pair by."""
 
 
 def pair_up(base: list[Path], new: list[Path], engine: EngineChoice = AUTO
@@ -97,6 +107,30 @@ def _pair_logs(base: list[list[int]], new: list[list[int]]) -> np.ndarray:
     both sides."""
     return np.array([math.log(max(float(np.median(n)), 1e-9) / max(float(np.median(b)), 1e-9))
                      for b, n in zip(base, new, strict=True) if b and n])
+
+
+def odd_pair(base: Baseline, new: Baseline) -> tuple[int, float] | None:
+    """The pair (its index, and how far it lies) whose runs straddle a change of the machine's
+    speed mode, if one does: of three pairs, the only one whose decode ops' times against their
+    op's other nodes (`rel/decode/...`) lie, as the median over those keys, more than ODD_PAIR
+    from the middle pair's. A mode moves many ops' `rel` at once (the small matmuls' by 15-40 %
+    here), so the pair it splits lies far on most keys, where a change of the candidate's moves
+    every pair alike and a key's own noise lies far on a few. None with two pairs (neither is
+    the odd one), from ROBUST_PAIRS (their median needs no help), or where two pairs lie far."""
+    keys = [k for k in base.samples if k.startswith(f"{REL}/decode/") and
+            all(base.samples[k]) and all(new.samples.get(k, []))]
+    if not MIN_PAIRS < base.runs < ROBUST_PAIRS or len(keys) < ODD_PAIR_KEYS:
+        return None
+    logs = np.array([_pair_logs(base.samples[k], new.samples[k]) for k in keys])
+    off = np.median(np.abs(logs - np.median(logs, axis=1, keepdims=True)), axis=0)
+    far = np.flatnonzero(off > ODD_PAIR)
+    return (int(far[0]), float(off[far[0]])) if len(far) == 1 else None
+
+
+def without_pair(side: Baseline, pair: int) -> Baseline:
+    """One side's runs less the `pair`-th."""
+    return replace(side, samples={k: runs[:pair] + runs[pair + 1:]
+                                  for k, runs in side.samples.items()})
 
 
 def pairs_agree_past(base: list[list[int]], new: list[list[int]], scale: float,

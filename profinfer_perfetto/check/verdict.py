@@ -15,10 +15,12 @@ from profinfer_perfetto.check.baseline import (
 )
 from profinfer_perfetto.check.graph import GraphDiff
 from profinfer_perfetto.check.paired import (
+    odd_pair,
     pair_change,
     pair_mean_change,
     pair_spread,
     pairs_agree_past,
+    without_pair,
 )
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import (
@@ -164,6 +166,32 @@ def _change(rule: Rule, base: list[list[int]], new: list[list[int]], scale: floa
     return pair_change(base, new, settings.confidence, settings.resamples, pair_priors[rule])
 
 
+def _steady_pairs(base: Baseline, new: Baseline, result: CheckResult
+                  ) -> tuple[Baseline, Baseline]:
+    """The pairs a paired check judges its medians on: all but an odd one (paired.odd_pair),
+    which the warnings name."""
+    odd = odd_pair(base, new)
+    if odd is None:
+        return base, new
+    pair, off = odd
+    result.warnings.append(
+        f"pair {pair + 1} of {base.runs} (each side's run {pair + 1} by name) is left out of the "
+        f"medians' judgement: its ops' times against each other lie {off:.1%} from the other "
+        "pairs', as where the machine's speed changed between its two runs (docs/ab.md)")
+    return without_pair(base, pair), without_pair(new, pair)
+
+
+def _unsched_warning(result: CheckResult, base: Baseline, new: Baseline) -> None:
+    """Where the step or window regressed in runs without --sched, what --sched would tell."""
+    slower = sorted({v.key for v in result.verdicts if v.failed and
+                     v.key.split("/")[0] in (STEP_KEY, WINDOW_KEY)})
+    if slower and not any(k.split("/")[0] == STALLED_KEY for k in (*base.samples, *new.samples)):
+        result.warnings.append(
+            f"{', '.join(slower)} regressed in runs recorded without --sched, which cannot tell "
+            "a busy machine from slower code: record both with --sched (the time stalled "
+            "waiting for a CPU is then judged too)")
+
+
 def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             settings: Settings, paired: bool = False) -> CheckResult:
     """Each watched key's verdict. `paired` (runs lined up by paired.pair_up): a key's median is
@@ -171,7 +199,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     baseline's runs is held against it; a mean's change is the median of its pairs' moves
     (paired.pair_mean_change: one run that stalled moves one pair), held against the band of
     the baseline runs' means as unpaired, but for where every pair moved past the limit the
-    same way (paired.pairs_agree_past)."""
+    same way (paired.pairs_agree_past). Medians are judged without a pair that straddles a
+    change of the machine's speed (_steady_pairs); means, on every pair (a stall is no mode)."""
     result = CheckResult([], _setup_warnings(base, new))
     confidence = f"{settings.confidence:.0%}"
     judged: list[int] = []
@@ -183,10 +212,12 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     scales = {k: _step_scale(base, k) for rule, keys in watched.items() for k in keys
               if rule.by_mean}
     prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
-    pair_priors = _pair_priors(watched, base, new, settings.prior_dof) if paired else None
+    steady = _steady_pairs(base, new, result) if paired else (base, new)
+    pair_priors = _pair_priors(watched, *steady, settings.prior_dof) if paired else None
     for rule, keys in watched.items():
         for key in keys:
-            a, b = base.samples[key], new.samples.get(key, [])
+            sides = (base, new) if rule.by_mean else steady
+            a, b = sides[0].samples[key], sides[1].samples.get(key, [])
             base_n, new_n = sum(map(len, a)), sum(map(len, b))
             if not new_n:
                 verdict, change = MISSING, None
@@ -213,11 +244,5 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
             own = spreads[v.key]
             noise = None if own is None or paired else run_noise(own, each, prior)
         result.verdicts[i] = replace(v, verdict=_judge(v.rule, v.change, noise), noise=noise)
-    slower = sorted({v.key for v in result.verdicts if v.failed and
-                     v.key.split("/")[0] in (STEP_KEY, WINDOW_KEY)})
-    if slower and not any(k.split("/")[0] == STALLED_KEY for k in (*base.samples, *new.samples)):
-        result.warnings.append(
-            f"{', '.join(slower)} regressed in runs recorded without --sched, which cannot tell "
-            "a busy machine from slower code: record both with --sched (the time stalled "
-            "waiting for a CPU is then judged too)")
+    _unsched_warning(result, base, new)
     return result

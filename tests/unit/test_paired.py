@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.check.baseline import Baseline
-from profinfer_perfetto.check.paired import MAD_SD, ROBUST_PAIRS, pair_change
+from profinfer_perfetto.check.paired import MAD_SD, ROBUST_PAIRS, odd_pair, pair_change
 from profinfer_perfetto.check.rules import Rule, Settings
 from profinfer_perfetto.check.stats import Spread, t_quantile
 from profinfer_perfetto.check.verdict import OK, REGRESSION, WITHIN_NOISE, compare
@@ -174,6 +174,72 @@ def test_an_op_slower_in_every_pair_is_caught_through_the_rules_other_keys() -> 
     assert flagged(8) and not flagged(0)
 
 
+MODE = {"Kcur": 1.15, "Vcur": 1.15, "Qcur": 1.12, "attn_out": 1.06, "ffn_up": 0.97,
+        "ffn_gate": 0.97, "ffn_out": 0.85}
+"""How the machine's other speed mode moves each op's time against its op's other nodes (as
+tiny-llama's and medium-llama's did at 2 threads here: docs/ab.md)."""
+
+
+def straddling(slower: float, odd: int | None, runs: int = 3) -> tuple[Baseline, Baseline]:
+    """Pairs of runs whose candidate's ffn_out is `slower` (1.1: 10 % slower) in every pair,
+    with ±1 % of noise from pair to pair, and whose `odd` pair's candidate run came in the
+    machine's other mode (MODE)."""
+    rng = np.random.default_rng(5)
+    base: dict[str, list[list[int]]] = {}
+    new: dict[str, list[list[int]]] = {}
+    for op, moved in MODE.items():
+        key = f"rel/decode/MUL_MAT/{op}"
+        base[key] = [[100_000] * 9 for _ in range(runs)]
+        new[key] = [[round(100_000 * (slower if op == "ffn_out" else 1.0)
+                           * (moved if i == odd else 1.0) * rng.normal(1, 0.01))] * 9
+                    for i in range(runs)]
+    return Baseline({}, base), Baseline({}, new)
+
+
+def slower_ops(base: Baseline, new: Baseline) -> tuple[list[str], list[str]]:
+    """What the paired check of the default `rel` rule flags, and its warnings."""
+    rule = Rule("ops", "rel/decode/*", 0.03)
+    result = compare(base, new, (rule,), Settings(), paired=True)
+    return [v.key for v in result.verdicts if v.verdict == REGRESSION], result.warnings
+
+
+def test_a_pair_straddling_a_change_of_the_machines_mode_is_left_out() -> None:
+    """Three pairs, ffn_out 10 % slower in each, the second pair's candidate run in the
+    machine's other mode (its ffn_out 15 % faster against the rest): judged on all three, the
+    mean of the log ratios and its wide interval hide the change; the odd pair lies far from
+    the others on most keys, and without it the change is caught, the warning naming it."""
+    base, new = straddling(1.1, odd=1)
+    odd = odd_pair(base, new)
+    assert odd is not None and odd[0] == 1 and odd[1] > 0.05
+    flagged, warnings = slower_ops(base, new)
+    assert flagged == ["rel/decode/MUL_MAT/ffn_out"]
+    assert [w for w in warnings if w.startswith("pair 2 of 3 (each side's run 2 by name)")]
+    change = pair_change(base.samples["rel/decode/MUL_MAT/ffn_out"],
+                         new.samples["rel/decode/MUL_MAT/ffn_out"])
+    assert change.low < 0.03
+
+
+@pytest.mark.parametrize("case", ["no odd pair", "two pairs", "six pairs", "two odd"])
+def test_no_pair_is_left_out_where_none_can_be_told(case: str) -> None:
+    """A change of the candidate's moves every pair alike: no pair is odd. With two pairs
+    neither is the odd one; from ROBUST_PAIRS the median is judged, needing no help; where two
+    of three lie far, which is the odd one is not known."""
+    base, new = {"no odd pair": lambda: straddling(1.1, None),
+                 "two pairs": lambda: straddling(1.1, 1, runs=2),
+                 "six pairs": lambda: straddling(1.1, 1, runs=6),
+                 "two odd": lambda: two_odd()}[case]()
+    assert odd_pair(base, new) is None
+    assert not slower_ops(base, new)[1]
+
+
+def two_odd() -> tuple[Baseline, Baseline]:
+    """Three pairs, the first and the second each straddling a change of mode, the other way."""
+    base, new = straddling(1.0, odd=0)
+    for key, runs in new.samples.items():
+        runs[1] = [round(v / MODE[key.rsplit("/", 1)[1]] ** 2) for v in runs[1]]
+    return base, new
+
+
 STALLS = Rule("stalls", "interference/decode", 0.02, statistic="mean")
 
 
@@ -199,6 +265,20 @@ def test_a_stall_in_every_candidate_run_is_caught_past_a_stalled_baseline_run() 
     assert stall_verdict(base, [busy] * 3, paired=True) == REGRESSION
     assert stall_verdict(base, [busy, quiet, busy], paired=True) == WITHIN_NOISE
     assert stall_verdict(base[:2], [busy] * 2, paired=True) == WITHIN_NOISE
+
+
+def test_a_stall_is_judged_on_every_pair_where_an_odd_pair_is_left_out() -> None:
+    """A busy loop stalls every candidate run, one of which also came in the machine's other
+    mode: the medians are judged without that pair, the stalls on all three, whose every
+    candidate run stalled more than its own baseline run (paired.pairs_agree_past, which two
+    pairs could not satisfy)."""
+    base, new = straddling(1.0, odd=2)
+    quiet, busy = [0] * 50, [500] * 20 + [0] * 30
+    for side, stalls in ((base, [quiet, [700] * 10 + [0] * 40, quiet]), (new, [busy] * 3)):
+        side.samples.update({"step/decode": [[1000] * 50] * 3, "interference/decode": stalls})
+    result = compare(base, new, (STALLS,), Settings(), paired=True)
+    assert result.warnings[0].startswith("pair 3 of 3")
+    assert result.verdicts[0].verdict == REGRESSION
 
 
 def test_one_candidate_run_stalled_for_a_while_is_not_a_change_of_the_pairs() -> None:
