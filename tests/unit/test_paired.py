@@ -227,7 +227,7 @@ def test_no_pair_is_left_out_where_none_can_be_told(case: str) -> None:
     base, new = {"no odd pair": lambda: straddling(1.1, None),
                  "two pairs": lambda: straddling(1.1, 1, runs=2),
                  "six pairs": lambda: straddling(1.1, 1, runs=6),
-                 "two odd": lambda: two_odd()}[case]()
+                 "two odd": two_odd}[case]()
     assert odd_pair(base, new) is None
     assert not slower_ops(base, new)[1]
 
