@@ -10,6 +10,7 @@ from xml.etree import ElementTree as ET
 
 from profinfer_perfetto.check.baseline import PER_STEP, shown
 from profinfer_perfetto.check.graph import NOT_COMPARED, GraphDiff
+from profinfer_perfetto.check.rules import percent
 from profinfer_perfetto.check.verdict import REGRESSION, UNDECIDED, CheckResult, Verdict
 from profinfer_perfetto.errors import ProfinferError
 
@@ -21,11 +22,11 @@ def _row(v: Verdict) -> list[str]:
     c = v.change
     noise = "" if v.noise is None else f"±{v.noise:.1%}"
     if c is None:
-        return [v.key, "", "", "", "", f"{v.rule.max_change:+.0%}", noise, v.verdict]
+        return [v.key, "", "", "", "", percent(v.rule.max_change), noise, v.verdict]
     mean = v.rule.by_mean
     return [v.key, shown(v.key, c.base), shown(v.key, c.new),
             f"{c.change:+.1%}{' of a step' if mean else ''}",
-            "" if mean else f"{c.low:+.1%} .. {c.high:+.1%}", f"{v.rule.max_change:+.0%}", noise,
+            "" if mean else f"{c.low:+.1%} .. {c.high:+.1%}", percent(v.rule.max_change), noise,
             v.verdict]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from profinfer_perfetto.check.baseline import Baseline
+from profinfer_perfetto.check.rules import percent
 from profinfer_perfetto.check.verdict import REGRESSION, CheckResult
 from profinfer_perfetto.files import write_whole
 
@@ -62,7 +63,7 @@ def drift_warnings(found: list[Trend], result: CheckResult) -> list[str]:
     history of MIN_HISTORY runs or more."""
     failed = {v.key for v in result.verdicts if v.verdict == REGRESSION}
     return [f"{t.key} drifts {t.drift:+.1%} over the last {len(t.medians) - 1} runs and the "
-            f"candidate ({t.per_run:+.1%} a run; limit {t.limit:+.0%}): no single change "
+            f"candidate ({t.per_run:+.1%} a run; limit {percent(t.limit)}): no single change "
             "crossed it" for t in found
             if t.drifting and t.key not in failed and len(t.medians) > MIN_HISTORY]
 

@@ -19,7 +19,7 @@ from profinfer_perfetto.check.baseline import (
     _windows,
     from_traces,
 )
-from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings, load_rules
+from profinfer_perfetto.check.rules import DEFAULT_RULES, Settings, load_rules, percent
 from profinfer_perfetto.check.stats import common_spread, median_change, run_noise, run_spread
 from profinfer_perfetto.check.verdict import REGRESSION, compare
 from profinfer_perfetto.encode.perfetto import write_perfetto
@@ -63,6 +63,11 @@ def test_an_injected_slowdown_is_flagged_and_named(cli: Cli, runs: dict[str, Pat
     suite = ET.parse(report).getroot()
     failures = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
     assert failures == ["rel/decode/MUL_MAT/Qcur"] and suite.get("failures") == "1"
+
+
+def test_a_limit_is_shown_as_precisely_as_it_was_set() -> None:
+    """Whole percents as before (+5%), a finer limit in full (+2.25%, not a rounded +2%)."""
+    assert [percent(x) for x in (0.05, 0.0225, 0.1, -0.02)] == ["+5%", "+2.25%", "+10%", "-2%"]
 
 
 def test_the_same_run_again_passes(cli: Cli, runs: dict[str, Path]) -> None:

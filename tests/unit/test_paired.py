@@ -292,6 +292,22 @@ def test_one_candidate_run_stalled_for_a_while_is_not_a_change_of_the_pairs() ->
     assert stall_verdict(base, new, paired=True) == OK
 
 
+def test_candidate_runs_that_stall_as_unevenly_as_runs_do_are_not_a_change() -> None:
+    """The gate's tiny-llama t2 check 0 of 2026-12-07 (the same build): the baseline's three
+    runs stalled alike (2.1, 2.6, 2.4 % of a step), the candidate's 7.2, 0 and 8.2 %. Against a
+    band of the baseline's runs alone the median move (+5.1 %) was a regression; the candidate's
+    runs stray as far from each other as that, so against both sides' band it is noise. A busy
+    loop in every candidate run still moves every pair past the limit."""
+    def stalled(ns: int) -> list[int]:
+        return [ns] + [0] * 49
+
+    base = [stalled(1050), stalled(1300), stalled(1200)]
+    assert stall_verdict(base, [stalled(3600), stalled(0), stalled(4100)],
+                         paired=True) == WITHIN_NOISE
+    assert stall_verdict(base, [stalled(3600), stalled(4000), stalled(4100)],
+                         paired=True) == REGRESSION
+
+
 @pytest.mark.parametrize("case", ["one run", "earlier runs", "unquoted", "rules"])
 def test_ab_says_bad_input_before_it_records(cli: Cli, tmp_path: Path, case: str) -> None:
     """What would make `ab` fail is said (one sentence, exit 2) before any run is recorded."""
