@@ -138,7 +138,7 @@ def pairs_agree_past(base: list[list[int]], new: list[list[int]], scale: float,
     """Whether a key judged by its mean (stats.mean_change) moved past `limit` in every pair,
     the same way: each candidate run's mean against its own baseline run's, over `scale`. One
     baseline run that stalled (a task beside it) widens the band of the runs' means
-    (pair_mean_noise) past the candidate's stalls; it cannot hide a move that every pair
+    (stats.mean_noise) past the candidate's stalls; it cannot hide a move that every pair
     shows. Fewer than AGREEING_PAIRS pairs with samples on both sides: no."""
     moves = _mean_moves(base, new, scale)
     return len(moves) >= AGREEING_PAIRS and bool(np.all(moves > limit) or np.all(moves < -limit))
@@ -149,22 +149,6 @@ def _mean_moves(base: list[list[int]], new: list[list[int]], scale: float) -> np
     `scale`, of the pairs with samples on both sides."""
     return np.array([(float(np.mean(n)) - float(np.mean(b))) / max(scale, 1e-9)
                      for b, n in zip(base, new, strict=True) if b and n])
-
-
-def pair_mean_noise(base: list[list[int]], new: list[list[int]], scale: float,
-                    confidence: float) -> float | None:
-    """stats.mean_noise from both sides' runs: how far a run's mean strays from its own side's
-    mean, pooled over the two sides (a paired check's candidate runs stray as its baseline runs
-    do when nothing changed, and three baseline runs that happened to stall alike gave a band
-    of 2-3 % of a step that one candidate run's stalls crossed: docs/ab.md, "A fresh set")."""
-    sides = [np.array([float(np.mean(r)) for r in side if r]) for side in (base, new)]
-    sides = [m for m in sides if len(m) >= 2]
-    dof = sum(len(m) - 1 for m in sides)
-    if dof < 1:
-        return None
-    variance = sum(float(np.sum((m - m.mean()) ** 2)) for m in sides) / dof
-    spread = math.sqrt(variance * (1 + 1 / len(sides[0])))
-    return t_quantile(0.5 + confidence / 2, dof) * spread / max(scale, 1e-9)
 
 
 def pair_mean_change(base: list[list[int]], new: list[list[int]], scale: float) -> Change:

@@ -76,18 +76,25 @@ def mean_change(base: list[list[int]], new: list[list[int]], scale: float) -> Ch
     return Change(base_mean, new_mean, change, change, change)
 
 
-def mean_noise(base: list[list[int]], scale: float, confidence: float) -> float | None:
-    """How far the mean of one more run may lie from the baseline runs' mean, over `scale`:
-    the `confidence` prediction band from the runs' means (Student's t, widened by
+def mean_noise(sides: list[list[list[int]]], scale: float, confidence: float) -> float | None:
+    """How far the mean of one more run may lie from its side's runs' mean, over `scale`: the
+    `confidence` prediction band from the runs' means (Student's t, widened by
     sqrt(1 + 1/runs)), on a linear scale (a mean of stalls is often 0, whose logarithm
-    run_noise would need); None with fewer than two runs. Where runs stall alike (2 threads on
-    2 CPUs beside the recorder: up to 19 % of a step) it is wide; where they never do (1 thread
-    pinned), it is about 0 and the rule's limit decides."""
-    means = [float(np.mean(r)) for r in base if r]
-    if len(means) < 2:
+    run_noise would need); None with fewer than two runs on every side. Where runs stall alike
+    (2 threads on 2 CPUs beside the recorder: up to 19 % of a step) it is wide; where they never
+    do (1 thread pinned), it is about 0 and the rule's limit decides. `sides`: the baseline's
+    runs alone, or (a paired check) both sides', each run's mean taken about its own side's
+    mean and pooled: where nothing changed the candidate's runs stray as the baseline's do, and
+    three baseline runs that happened to stall alike gave a band of 2-3 % of a step that one
+    uneven candidate side crossed (docs/ab.md, "A fresh set")."""
+    means = [np.array([float(np.mean(r)) for r in side if r]) for side in sides]
+    means = [m for m in means if len(m) >= 2]
+    dof = sum(len(m) - 1 for m in means)
+    if dof < 1:
         return None
-    spread = float(np.std(means, ddof=1)) * math.sqrt(1 + 1 / len(means))
-    return t_quantile(0.5 + confidence / 2, len(means) - 1) * spread / max(scale, 1e-9)
+    variance = sum(float(np.sum((m - m.mean()) ** 2)) for m in means) / dof
+    spread = math.sqrt(variance * (1 + 1 / len(means[0])))
+    return t_quantile(0.5 + confidence / 2, dof) * spread / max(scale, 1e-9)
 
 
 def _relative(new: np.ndarray, base: np.ndarray) -> np.ndarray:

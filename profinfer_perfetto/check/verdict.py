@@ -18,7 +18,6 @@ from profinfer_perfetto.check.paired import (
     odd_pair,
     pair_change,
     pair_mean_change,
-    pair_mean_noise,
     pair_spread,
     pairs_agree_past,
     without_pair,
@@ -167,14 +166,15 @@ def _change(rule: Rule, base: list[list[int]], new: list[list[int]], scale: floa
     return pair_change(base, new, settings.confidence, settings.resamples, pair_priors[rule])
 
 
-def _steady_pairs(base: Baseline, new: Baseline) -> tuple[Baseline, Baseline, list[str]]:
+def _steady_pairs(base: Baseline, new: Baseline
+                  ) -> tuple[tuple[Baseline, Baseline], list[str]]:
     """The pairs a paired check judges its medians on: all but an odd one (paired.odd_pair),
     and the warning that names it."""
     odd = odd_pair(base, new)
     if odd is None:
-        return base, new, []
+        return (base, new), []
     pair, off = odd
-    return without_pair(base, pair), without_pair(new, pair), [
+    return (without_pair(base, pair), without_pair(new, pair)), [
         f"pair {pair + 1} of {base.runs} (each side's run {pair + 1} by name) is left out of the "
         f"medians' judgement: its ops' times against each other lie {off:.1%} from the other "
         "pairs', as where the machine's speed changed between its two runs (docs/ab.md)"]
@@ -197,7 +197,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     judged on its pairs' ratios, whose interval holds how runs differ, so no band of the
     baseline's runs is held against it; a mean's change is the median of its pairs' moves
     (paired.pair_mean_change: one run that stalled moves one pair), held against the band of
-    both sides' runs' means (paired.pair_mean_noise), but for where every pair moved past the
+    both sides' runs' means (stats.mean_noise), but for where every pair moved past the
     limit the same way (paired.pairs_agree_past). Medians are judged without a pair that straddles a
     change of the machine's speed (_steady_pairs); means, on every pair (a stall is no mode)."""
     result = CheckResult([], _setup_warnings(base, new))
@@ -211,8 +211,7 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     scales = {k: _step_scale(base, k) for rule, keys in watched.items() for k in keys
               if rule.by_mean}
     prior = common_spread([s for s in spreads.values() if s is not None], settings.prior_dof)
-    steady_base, steady_new, left_out = _steady_pairs(base, new) if paired else (base, new, [])
-    steady = (steady_base, steady_new)
+    steady, left_out = _steady_pairs(base, new) if paired else ((base, new), [])
     result.warnings += left_out
     pair_priors = _pair_priors(watched, *steady, settings.prior_dof) if paired else None
     for rule, keys in watched.items():
@@ -239,12 +238,8 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
         assert v.change is not None
         if v.rule.by_mean:
             a, b = base.samples[v.key], new.samples[v.key]
-            if not paired:
-                noise = mean_noise(a, scales[v.key], each)
-            elif pairs_agree_past(a, b, scales[v.key], v.rule.max_change):
-                noise = None
-            else:
-                noise = pair_mean_noise(a, b, scales[v.key], each)
+            noise = (None if paired and pairs_agree_past(a, b, scales[v.key], v.rule.max_change)
+                     else mean_noise([a, b] if paired else [a], scales[v.key], each))
         else:
             own = spreads[v.key]
             noise = None if own is None or paired else run_noise(own, each, prior)
