@@ -87,14 +87,13 @@ def mean_noise(sides: list[list[list[int]]], scale: float, confidence: float) ->
     mean and pooled: where nothing changed the candidate's runs stray as the baseline's do, and
     three baseline runs that happened to stall alike gave a band of 2-3 % of a step that one
     uneven candidate side crossed (docs/ab.md, "A fresh set")."""
-    means = [np.array([float(np.mean(r)) for r in side if r]) for side in sides]
+    means = [[float(np.mean(r)) for r in side if r] for side in sides]
     means = [m for m in means if len(m) >= 2]
-    dof = sum(len(m) - 1 for m in means)
-    if dof < 1:
+    if not means:
         return None
-    variance = sum(float(np.sum((m - m.mean()) ** 2)) for m in means) / dof
-    spread = math.sqrt(variance * (1 + 1 / len(means[0])))
-    return t_quantile(0.5 + confidence / 2, dof) * spread / max(scale, 1e-9)
+    both = pooled([Spread(float(np.var(m, ddof=1)), len(m) - 1) for m in means])
+    spread = math.sqrt(both.variance * (1 + 1 / len(means[0])))
+    return t_quantile(0.5 + confidence / 2, both.dof) * spread / max(scale, 1e-9)
 
 
 def _relative(new: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -106,7 +105,7 @@ def _relative(new: np.ndarray, base: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Spread:
     """How far runs of the same thing stray from each other: the variance of their medians'
-    logarithms, with its degrees of freedom (runs - 1)."""
+    logarithms (mean_noise: of their means), with its degrees of freedom (runs - 1)."""
 
     variance: float
     dof: float
@@ -148,10 +147,14 @@ def run_noise(own: Spread, confidence: float, prior: Spread | None = None) -> fl
 def moderate(own: Spread, prior: Spread | None) -> Spread:
     """A key's own spread moderated towards `prior` (common_spread of the keys beside it): the
     mean of the two variances weighted by their degrees of freedom, with their sum as its own."""
-    if prior is None:
-        return own
-    return Spread((prior.dof * prior.variance + own.dof * own.variance) / (prior.dof + own.dof),
-                  prior.dof + own.dof)
+    return own if prior is None else pooled([prior, own])
+
+
+def pooled(spreads: list[Spread]) -> Spread:
+    """Spreads of samples about their own means taken as one: their variances' mean weighted
+    by their degrees of freedom, with their sum as its own."""
+    dof = sum(s.dof for s in spreads)
+    return Spread(sum(s.dof * s.variance for s in spreads) / dof, dof)
 
 
 def t_quantile(p: float, dof: float) -> float:

@@ -198,8 +198,9 @@ def compare(base: Baseline, new: Baseline, rules: tuple[Rule, ...],
     baseline's runs is held against it; a mean's change is the median of its pairs' moves
     (paired.pair_mean_change: one run that stalled moves one pair), held against the band of
     both sides' runs' means (stats.mean_noise), but for where every pair moved past the
-    limit the same way (paired.pairs_agree_past). Medians are judged without a pair that straddles a
-    change of the machine's speed (_steady_pairs); means, on every pair (a stall is no mode)."""
+    limit the same way (paired.pairs_agree_past). Medians are judged without a pair that
+    straddles a change of the machine's speed (_steady_pairs); means, on every pair (a stall
+    is no mode)."""
     result = CheckResult([], _setup_warnings(base, new))
     confidence = f"{settings.confidence:.0%}"
     judged: list[int] = []
