@@ -13,7 +13,7 @@ from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_passes.so")
 """Where the install builds passes.c."""
-ABI = 5
+ABI = 6
 """passes.c's passes_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
@@ -25,12 +25,6 @@ class _NodeFields(ctypes.Structure):
 
     _fields_ = [(name, _INT64) for name in ("size", "ptr", "view_src", "src", "src_size",
                                              "slots", "src_ptr", "src_view")]
-
-
-class _EventFields(ctypes.Structure):
-    """passes.c's struct event_fields: where an event record's thread and time lie, in bytes."""
-
-    _fields_ = [(name, _INT64) for name in ("size", "tid", "ts")]
 
 
 def _node_fields(dtype: np.dtype) -> _NodeFields:
@@ -71,10 +65,6 @@ class Passes:
         self._entries.argtypes = [_INT64, _POINTER, _POINTER, _POINTER, _INT64, _POINTER,
                                   _POINTER, _POINTER]
         self._entries.restype = _INT64
-        self._merge_events = library.merge_events
-        self._merge_events.argtypes = [_POINTER, _INT64, _POINTER, _INT64,
-                                       ctypes.POINTER(_EventFields), _POINTER]
-        self._merge_events.restype = None
 
     def last_writers(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each source of the nodes (NODE records, in graph order) as (reader, slot), with its
@@ -164,18 +154,6 @@ class Passes:
                          qg.ctypes.data, qt.ctypes.data, found.ctypes.data) < 0:
             raise MemoryError("passes.c: entries")
         return found
-
-    def merge_events(self, events: np.ndarray, more: np.ndarray) -> np.ndarray:
-        """Event records and more of them (each by thread, then time) as one array so sorted,
-        each of `more` after the events of its thread at its time (one_trap._merged)."""
-        events, more = np.ascontiguousarray(events), np.ascontiguousarray(more, events.dtype)
-        fields = events.dtype.fields
-        assert fields is not None and fields["tid"][0] == np.uint32 and fields["ts"][0] == np.uint64
-        where = _EventFields(events.dtype.itemsize, fields["tid"][1], fields["ts"][1])
-        merged = np.empty(len(events) + len(more), events.dtype)
-        self._merge_events(events.ctypes.data, len(events), more.ctypes.data, len(more),
-                           ctypes.byref(where), merged.ctypes.data)
-        return merged
 
 
 def _columns(*arrays: tuple[np.ndarray, type]) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ thread has just finished (a BARRIER's arg0; 0: not known). Per graph computation
   the thread pool's kick-off and wake-up before the first node are no op's.
 
 The derivation places an op begin there for each (thread, node), then the model pairs op begins
-and barriers as for a recording that has them (trace_model._ops).
+and barriers as for a recording that has them (trace_model._one_trap_ops, as _ops).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model import native
 from profinfer_perfetto.model.lookup import Latest, in_graph, last_descriptor, latest
-from profinfer_perfetto.model.records import copied, sorted_unique, take, whole
+from profinfer_perfetto.model.records import sorted_unique, take
 
 FUSED_OPS = ("RMS_NORM", "MUL")
 """The node pair ggml's CPU backend fuses (ggml_compute_forward_rms_norm_mul_fused): one call,
@@ -42,67 +42,74 @@ def is_one_trap(events: np.ndarray) -> bool:
     return bool(np.any((kinds == Kind.BARRIER) & (events["arg0"] != 0)))
 
 
-def with_op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
-                   graph_tid: np.ndarray, descriptors: np.ndarray,
-                   fused_ops: tuple[int, int], index: Latest) -> np.ndarray:
-    """`events` (sorted by thread, then time; `graph_of`: each one's graph, -1 for none) with an
-    op begin for each thread's share of each node its barriers name, still sorted: at the
-    release before (after a barrier at the same time), on the CPU of the thread's arrival,
-    counters unread; `fused_ops` (op ids) makes a pair of a node and the one it reads (`index`:
-    by_tensor of the descriptors)."""
+def op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
+              graph_tid: np.ndarray, descriptors: np.ndarray, fused_ops: tuple[int, int],
+              index: Latest) -> np.ndarray:
+    """The op begins of `events` (sorted by thread, then time; `graph_of`: each one's graph, -1
+    for none), sorted so: one for each thread's share of each node its barriers name, at the
+    release before, on the CPU of the thread's arrival, counters unread; `fused_ops` (op ids)
+    makes a pair of a node and the one it reads (`index`: by_tensor of the descriptors)."""
     named = np.flatnonzero((events["kind"] == Kind.BARRIER) & (events["arg0"] != 0)
                            & (graph_of >= 0))
-    arrival, g = _arrivals(take(events, named), graph_of[named])
-    group, group_g, group_ptr, before = _releases(arrival, g, graph_begin)
-    first = _fused_first(group_g, group_ptr, before, descriptors, fused_ops, index)
-    ith, nth = _ith(g, arrival["tid"], graph_tid)
-    begins = copied(arrival)
-    fused = first[group] != 0
+    arrived = named[_arrivals(graph_of[named], events["tid"][named], events["arg0"][named],
+                              events["ts"][named])]
+    g, tid, ptr = graph_of[arrived], events["tid"][arrived], events["arg0"][arrived]
+    group, group_g, group_ptr, before = _releases(g, ptr, events["ts"][arrived], graph_begin)
+    first = _fused_first(group_g, group_ptr, before, descriptors, fused_ops, index)[group]
+    ith, nth = _ith(g, tid, graph_tid)
+    ts = np.maximum(before[group], _entered(events, graph_of, tid, g))
+    order = np.lexsort((ts, tid))
+    begins = take(events, arrived[order])  # the one copy: the arrivals' CPUs, in begin order
+    fused = first[order] != 0
     begins["kind"] = Kind.OP_BEGIN
-    begins["ts"] = np.maximum(before[group], _entered(events, graph_of, arrival["tid"], g))
-    begins["arg0"] = np.where(fused, first[group], arrival["arg0"])
-    begins["arg1"] = np.where(fused, arrival["arg0"], 0)
-    begins["ith"], begins["aux"] = ith, nth
+    begins["ts"] = ts[order]
+    begins["arg0"] = np.where(fused, first[order], ptr[order])
+    begins["arg1"] = np.where(fused, ptr[order], 0)
+    begins["ith"], begins["aux"] = ith[order], nth[order]
     begins["counter"] = np.uint64(COUNTER_UNREAD)
-    return _merged(events, take(begins, np.lexsort((begins["ts"], begins["tid"]))))
+    return begins
 
 
-def _merged(events: np.ndarray, begins: np.ndarray) -> np.ndarray:
-    """Two record arrays sorted by thread, then time, as one so sorted, each begin after the
-    events of its thread at its time: a merge, not a sort of both (a third of the derivation's
-    time, 2026-12-02); by passes.c where the install built it."""
-    if native.PASSES is not None:
-        return native.PASSES.merge_events(events, begins)
+def work_rows(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: np.ndarray,
+              begin_graph: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Barriers (their threads, times and graphs, by thread, then time) and op begins (records
+    so sorted, in `begin_graph`) as one sequence of work rows so sorted, each begin after the
+    barriers of its thread at its time: its threads, times, which rows are begins, and graphs.
+    A merge of columns, not a sort of both (nor a merge of whole records: a third of the
+    derivation's time, 2026-12-02)."""
     at = np.empty(len(begins), np.int64)
     threads = sorted_unique(begins["tid"])
-    lo, hi = (np.searchsorted(events["tid"], threads, side) for side in ("left", "right"))
+    lo, hi = (np.searchsorted(tid, threads, side) for side in ("left", "right"))
     first = np.searchsorted(begins["tid"], threads)
     last = np.append(first[1:], len(begins))
     for t in range(len(threads)):
-        ts = events["ts"][lo[t]:hi[t]]
-        at[first[t]:last[t]] = lo[t] + np.searchsorted(ts, begins["ts"][first[t]:last[t]],
-                                                       "right")
-    merged = np.empty(len(events) + len(begins), whole(events).dtype)
-    is_begin = np.zeros(len(merged), bool)
-    is_begin[at + np.arange(len(begins))] = True
-    merged[is_begin], merged[~is_begin] = whole(begins), whole(events)
-    return merged.view(events.dtype)
+        at[first[t]:last[t]] = lo[t] + np.searchsorted(ts[lo[t]:hi[t]],
+                                                       begins["ts"][first[t]:last[t]], "right")
+    at += np.arange(len(begins))
+    is_begin = np.zeros(len(tid) + len(begins), bool)
+    is_begin[at] = True
+    columns = []
+    for barrier, begin in ((tid, begins["tid"]), (ts, begins["ts"]), (graph, begin_graph)):
+        merged = np.empty(len(is_begin), barrier.dtype)
+        merged[at], merged[~is_begin] = begin, barrier
+        columns.append(merged)
+    return columns[0], columns[1], is_begin, columns[2]
 
 
-def _arrivals(barriers: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each thread's last barrier naming each node of each graph, and its graph, in the order of
-    `barriers` (by thread, then time). By passes.c where the install built it (model/native.py),
-    else by numpy: the same; as are _releases, _ith and _entered."""
+def _arrivals(g: np.ndarray, tid: np.ndarray, ptr: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Of barriers (by thread, then time; each in graph `g`, naming node `ptr`), the rows of
+    each thread's last at each node of each graph, in order. By passes.c where the install
+    built it (model/native.py), else by numpy: the same; as are _releases, _ith and
+    _entered."""
     if native.PASSES is not None:
-        rows = native.PASSES.arrivals(g, barriers["tid"], barriers["arg0"])
-    else:
-        order = np.lexsort((barriers["ts"], barriers["arg0"], barriers["tid"], g))
-        tid, ptr, sorted_g = barriers["tid"][order], barriers["arg0"][order], g[order]
-        last = np.ones(len(order), bool)
-        last[:-1] = ((sorted_g[1:] != sorted_g[:-1]) | (tid[1:] != tid[:-1])
-                     | (ptr[1:] != ptr[:-1]))
-        rows = np.sort(order[last])
-    return take(barriers, rows), g[rows]
+        return native.PASSES.arrivals(g, tid, ptr)
+    order = np.lexsort((ts, ptr, tid, g))
+    sorted_tid, sorted_ptr, sorted_g = tid[order], ptr[order], g[order]
+    last = np.ones(len(order), bool)
+    last[:-1] = ((sorted_g[1:] != sorted_g[:-1]) | (sorted_tid[1:] != sorted_tid[:-1])
+                 | (sorted_ptr[1:] != sorted_ptr[:-1]))
+    rows: np.ndarray = np.sort(order[last])
+    return rows
 
 
 def _entered(events: np.ndarray, graph_of: np.ndarray, tid: np.ndarray, g: np.ndarray
@@ -125,18 +132,17 @@ def _thread_in_graph(g: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return (g.astype(np.uint64) << np.uint64(32)) | tid.astype(np.uint64)
 
 
-def _releases(arrival: np.ndarray, g: np.ndarray, graph_begin: np.ndarray
+def _releases(g: np.ndarray, ptr: np.ndarray, ts: np.ndarray, graph_begin: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The (graph, node) of each arrival, as an index into the (graph, node)s (numbered by their
-    first arrival); and per (graph, node): its graph, its tensor and the release of the barrier
-    before it (the graph's begin for its first node), nodes ordered by their barriers' releases,
-    then by number."""
+    """The (graph, node) of each arrival (in graph `g`, at node `ptr`, at `ts`), as an index
+    into the (graph, node)s (numbered by their first arrival); and per (graph, node): its graph,
+    its tensor and the release of the barrier before it (the graph's begin for its first node),
+    nodes ordered by their barriers' releases, then by number."""
     if native.PASSES is not None:
-        group, group_g, group_ptr, before = native.PASSES.releases(g, arrival["arg0"],
-                                                                   arrival["ts"], graph_begin)
+        group, group_g, group_ptr, before = native.PASSES.releases(g, ptr, ts, graph_begin)
         return group, group_g, group_ptr, before
-    order = np.lexsort((arrival["arg0"], g))
-    sorted_g, ptr = g[order], arrival["arg0"][order]
+    order = np.lexsort((ptr, g))
+    sorted_g, ptr = g[order], ptr[order]
     new = np.ones(len(order), bool)
     new[1:] = (sorted_g[1:] != sorted_g[:-1]) | (ptr[1:] != ptr[:-1])
     starts = np.flatnonzero(new)
@@ -148,7 +154,7 @@ def _releases(arrival: np.ndarray, g: np.ndarray, graph_begin: np.ndarray
     group_g, group_ptr = sorted_g[starts][by_first], ptr[starts][by_first]
     if len(starts) == 0:
         return group, group_g, group_ptr, np.empty(0, np.uint64)
-    release = np.maximum.reduceat(arrival["ts"][order], starts)[by_first]
+    release = np.maximum.reduceat(ts[order], starts)[by_first]
     by_time = np.lexsort((release, group_g))
     same_graph = np.zeros(len(starts), bool)
     same_graph[1:] = group_g[by_time][1:] == group_g[by_time][:-1]

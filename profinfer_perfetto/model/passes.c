@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t passes_abi(void) { return 5; }
+int64_t passes_abi(void) { return 6; }
 
 /* Where a record's fields lie: NODE records (capture/events.py) back to back. */
 struct node_fields {
@@ -284,31 +284,4 @@ int64_t entries(int64_t n, const int64_t *graph, const uint32_t *tid, const uint
     }
     free(slots);
     return 0;
-}
-
-/* Where an event record's sort keys lie in it, in bytes. */
-struct event_fields { int64_t size, tid, ts; };
-
-static int before_or_at(const uint8_t *a, const uint8_t *b, const struct event_fields *f) {
-    uint32_t ta, tb;
-    memcpy(&ta, a + f->tid, sizeof ta);
-    memcpy(&tb, b + f->tid, sizeof tb);
-    return ta != tb ? ta < tb : field(a, f->ts) <= field(b, f->ts);
-}
-
-/* n events and m more (each by thread, then time) merged into `out`, so sorted, each of the m
-   after the events of its thread at its time. */
-void merge_events(const uint8_t *events, int64_t n, const uint8_t *more, int64_t m,
-                  const struct event_fields *f, uint8_t *out) {
-    int64_t i = 0, j = 0;
-    while (i < n && j < m) {
-        const uint8_t *a = events + i * f->size, *b = more + j * f->size;
-        int first = before_or_at(a, b, f);
-        memcpy(out, first ? a : b, f->size);
-        out += f->size;
-        i += first;
-        j += !first;
-    }
-    memcpy(out, events + i * f->size, (n - i) * f->size);
-    memcpy(out + (n - i) * f->size, more + j * f->size, (m - j) * f->size);
 }

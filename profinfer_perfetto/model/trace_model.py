@@ -40,7 +40,7 @@ from profinfer_perfetto.model import native
 from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vulkan_ops
 from profinfer_perfetto.model.lookup import Latest, by_tensor, in_graph, last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
-from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, with_op_begins
+from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, op_begins, work_rows
 from profinfer_perfetto.model.records import sorted_unique, take, threads_of
 from profinfer_perfetto.model.work import auto_named
 
@@ -463,10 +463,14 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     descriptors = by_tensor(recording.nodes)
     if is_one_trap(recording.events):
         fused = (run.ggml.op_id(FUSED_OPS[0]), run.ggml.op_id(FUSED_OPS[1]))
-        events = with_op_begins(events, graphs.containing(events["ts"]), graphs.begin,
-                                graphs.tid, recording.nodes, fused, descriptors)
-    nodes, auto = _nodes(events, recording.nodes, graphs, descriptors)
-    ops, dropped = _ops(events, graphs, nodes, len(run.counters))
+        graph_of = graphs.containing(events["ts"])
+        begins = op_begins(events, graph_of, graphs.begin, graphs.tid, recording.nodes, fused,
+                           descriptors)
+        nodes, auto = _nodes(begins, recording.nodes, graphs, descriptors)
+        ops, dropped = _one_trap_ops(events, graph_of, begins, graphs, nodes, len(run.counters))
+    else:
+        nodes, auto = _nodes(events, recording.nodes, graphs, descriptors)
+        ops, dropped = _ops(events, graphs, nodes, len(run.counters))
     copies = set(cont.split_copies if cont else ())
     edges = _edges(nodes, _fused_second(nodes, ops), graphs, _split_steps(graphs, tokens),
                    copies)
@@ -571,11 +575,37 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
     work_graph = graphs.containing(work["ts"])
     dropped = int(np.count_nonzero((work_graph < 0) & (work["kind"] == Kind.OP_BEGIN)))
     work, work_graph = take(work, work_graph >= 0), work_graph[work_graph >= 0]
-    begin_rows, last_barrier, end, work_end = _op_spans(work, work_graph, graphs.end)
+    begin_rows, last_barrier, end, work_end = _op_spans(
+        work["tid"], work["ts"], work["kind"] != Kind.BARRIER, work_graph, graphs.end)
     b, g = take(work, begin_rows), work_graph[begin_rows]
     has_barrier = last_barrier >= 0
     after = take(work, np.where(has_barrier, last_barrier, begin_rows))
     delta = _counter_deltas(b, after, has_barrier, counters)
+    ops, undescribed = _described_ops(b, g, end, work_end, delta, nodes)
+    return ops, dropped + undescribed
+
+
+def _one_trap_ops(events: np.ndarray, graph_of: np.ndarray, begins: np.ndarray, graphs: Spans,
+                  nodes: Nodes, counters: int) -> tuple[Ops, int]:
+    """The ops of a one-trap recording, as _ops gives them for its `events` (`graph_of`: each
+    one's graph) with its op begins (one_trap.op_begins) among them, without copying its
+    records: the begins paired with the barriers by columns; the begins read no counters."""
+    begin_graph = graphs.containing(begins["ts"])
+    inside = begin_graph >= 0
+    begins, begin_graph = take(begins, inside), begin_graph[inside]
+    barriers = np.flatnonzero((events["kind"] == Kind.BARRIER) & (graph_of >= 0))
+    _, _, end, work_end = _op_spans(*work_rows(events["tid"][barriers], events["ts"][barriers],
+                                               graph_of[barriers], begins, begin_graph),
+                                    graphs.end)
+    delta = np.full((len(begins), counters), -1, np.int64)
+    ops, undescribed = _described_ops(begins, begin_graph, end, work_end, delta, nodes)
+    return ops, int(np.count_nonzero(~inside)) + undescribed
+
+
+def _described_ops(b: np.ndarray, g: np.ndarray, end: np.ndarray, work_end: np.ndarray,
+                   delta: np.ndarray, nodes: Nodes) -> tuple[Ops, int]:
+    """The ops of op begins `b` (in graphs `g`; their ends, ends of work and counter deltas)
+    whose nodes were described, and how many traced op begins were of nodes not described."""
     both = _node_lookup(nodes, np.concatenate([g, g]),
                         np.concatenate([b["arg0"], b["arg1"]]))
     node, fused = both[:len(b)], np.where(b["arg1"] != 0, both[len(b):], -1)
@@ -593,29 +623,29 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
         end=end[known],
         counter_delta=delta[known],
     )
-    return ops, dropped + int(np.count_nonzero(~known & traced))
+    return ops, int(np.count_nonzero(~known & traced))
 
 
-def _op_spans(work: np.ndarray, work_graph: np.ndarray, graph_end: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The rows of `work` (op begins and barriers, by thread and time) that begin ops, the row
-    of each op's last barrier on its thread in its graph (-1: none), its end and the end of its
-    work. By passes.c where the install built it (model/native.py), else by numpy: the same."""
-    begins = work["kind"] != Kind.BARRIER
+def _op_spans(tid: np.ndarray, ts: np.ndarray, is_begin: np.ndarray, work_graph: np.ndarray,
+              graph_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Of work rows (op begins where `is_begin`, else barriers; by thread and time, each in its
+    graph), the rows that begin ops, the row of each op's last barrier on its thread in its
+    graph (-1: none), its end and the end of its work. By passes.c where the install built it
+    (model/native.py), else by numpy: the same."""
     if native.PASSES is not None:
-        return native.PASSES.op_spans(work["tid"], work["ts"], begins, work_graph, graph_end)
-    begin_rows, last_barrier = _op_rows(work, work_graph)
-    end, work_end = _op_ends(work, work_graph, begin_rows, last_barrier,
+        return native.PASSES.op_spans(tid, ts, is_begin, work_graph, graph_end)
+    begin_rows, last_barrier = _op_rows(tid, is_begin, work_graph)
+    end, work_end = _op_ends(tid, ts, work_graph, begin_rows, last_barrier,
                              graph_end[work_graph[begin_rows]])
     return begin_rows, last_barrier, end, work_end
 
 
-def _op_rows(work: np.ndarray, work_graph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of `work` (op begins and barriers, by thread and time) that begin ops, and the
-    row of each op's last barrier on its thread in its graph (-1: none)."""
-    is_begin = work["kind"] != Kind.BARRIER
+def _op_rows(tid: np.ndarray, is_begin: np.ndarray, work_graph: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The work rows (op begins where `is_begin`, else barriers; by thread and time) that begin
+    ops, and the row of each op's last barrier on its thread in its graph (-1: none)."""
     owner = _latest_begin(is_begin)
-    same = (owner >= 0) & (work["tid"] == work["tid"][np.maximum(owner, 0)])
+    same = (owner >= 0) & (tid == tid[np.maximum(owner, 0)])
     same &= work_graph == work_graph[np.maximum(owner, 0)]
     begin_rows = np.flatnonzero(is_begin)
     op_of_row = np.cumsum(is_begin) - 1
@@ -625,19 +655,18 @@ def _op_rows(work: np.ndarray, work_graph: np.ndarray) -> tuple[np.ndarray, np.n
     return begin_rows, last_barrier
 
 
-def _op_ends(work: np.ndarray, work_graph: np.ndarray, begin_rows: np.ndarray,
+def _op_ends(tid: np.ndarray, ts: np.ndarray, work_graph: np.ndarray, begin_rows: np.ndarray,
              last_barrier: np.ndarray, graph_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each op's end (its thread's next op in the graph, or the graph's end) and the end of its
     work (its last barrier, or its end)."""
     g = work_graph[begin_rows]
     nxt = np.append(begin_rows[1:], -1)[:len(begin_rows)]
     nxt_row = np.maximum(nxt, 0)
-    next_same = ((nxt >= 0) & (work["tid"][nxt_row] == work["tid"][begin_rows])
-                 & (work_graph[nxt_row] == g))
-    end = np.where(next_same, work["ts"][nxt_row], graph_end)
+    next_same = (nxt >= 0) & (tid[nxt_row] == tid[begin_rows]) & (work_graph[nxt_row] == g)
+    end = np.where(next_same, ts[nxt_row], graph_end)
     end = np.minimum(end, graph_end)
     has_barrier = last_barrier >= 0
-    work_end = np.where(has_barrier, work["ts"][np.maximum(last_barrier, 0)], end)
+    work_end = np.where(has_barrier, ts[np.maximum(last_barrier, 0)], end)
     return end, np.minimum(work_end, end)
 
 

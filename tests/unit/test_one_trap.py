@@ -1,16 +1,18 @@
 """Ops derived from one trap per op (model/one_trap.py): the synthetic run's barriers alone give
-the ops its arrival times make, and an exact recording turns into what one trap would record."""
+the ops its arrival times make, an exact recording turns into what one trap would record, and
+the derived op begins go among the barriers as a sort would put them."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
-from profinfer_perfetto.capture.events import Kind
+from profinfer_perfetto.capture.events import Kind, event_dtype
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model.agreement import agreement
-from profinfer_perfetto.model.one_trap import as_one_trap, is_one_trap
+from profinfer_perfetto.model.one_trap import as_one_trap, is_one_trap, work_rows
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic
 from tests.synthetic import ATTN_NORM, MAIN, OUT, UP, WORKER
@@ -98,3 +100,25 @@ def test_barriers_that_name_no_node_are_no_one_trap_recording() -> None:
     events = rec.events[rec.events["kind"] != Kind.OP_BEGIN]
     assert not is_one_trap(events)
     assert len(build(replace(rec, events=events)).ops) == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_work_rows_merge_barriers_and_begins_as_a_sort_would(seed: int) -> None:
+    """Barriers and op begins of a few threads, ties in time among both and between them: the
+    merge is the stable sort of both by thread, then time, each begin after the barriers."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for count in rng.integers(0, 60, 2):
+        part = np.zeros(count, event_dtype(1))
+        part["tid"], part["ts"] = rng.integers(1, 4, count), rng.integers(0, 20, count)
+        parts.append(part[np.lexsort((part["ts"], part["tid"]))])
+    barriers, begins = parts
+    graph, begin_graph = rng.integers(-1, 3, len(barriers)), rng.integers(0, 3, len(begins))
+    merged = work_rows(barriers["tid"], barriers["ts"], graph, begins, begin_graph)
+    both = np.concatenate([barriers, begins])
+    is_begin = np.arange(len(both)) >= len(barriers)
+    order = np.lexsort((is_begin, both["ts"], both["tid"]))
+    expected = (both["tid"][order], both["ts"][order], is_begin[order],
+                np.concatenate([graph, begin_graph])[order])
+    for a, b in zip(merged, expected, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
