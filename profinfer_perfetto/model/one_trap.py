@@ -88,10 +88,11 @@ def work_rows(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: np.nda
     at += np.arange(len(begins))
     is_begin = np.zeros(len(tid) + len(begins), bool)
     is_begin[at] = True
+    barrier_at = np.flatnonzero(~is_begin)
     columns = []
     for barrier, begin in ((tid, begins["tid"]), (ts, begins["ts"]), (graph, begin_graph)):
         merged = np.empty(len(is_begin), barrier.dtype)
-        merged[at], merged[~is_begin] = begin, barrier
+        merged[at], merged[barrier_at] = begin, barrier
         columns.append(merged)
     return columns[0], columns[1], is_begin, columns[2]
 
