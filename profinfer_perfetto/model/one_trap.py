@@ -26,7 +26,7 @@ from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model import native
 from profinfer_perfetto.model.lookup import Latest, in_graph, last_descriptor, latest
-from profinfer_perfetto.model.records import sorted_unique, take
+from profinfer_perfetto.model.records import concat, sorted_unique, take
 
 FUSED_OPS = ("RMS_NORM", "MUL")
 """The node pair ggml's CPU backend fuses (ggml_compute_forward_rms_norm_mul_fused): one call,
@@ -68,6 +68,16 @@ def op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
     begins["ith"], begins["aux"] = ith[order], nth[order]
     begins["counter"] = np.uint64(COUNTER_UNREAD)
     return begins
+
+
+def with_op_begins(events: np.ndarray, begins: np.ndarray) -> np.ndarray:
+    """`events` and op begins (each sorted by thread, then time) as one array so sorted, each
+    begin after the events of its thread at its time: a sort of both, for a recording whose
+    events hold ops of their own (a BLAS or Vulkan split's: backends.py); work_rows pairs a CPU
+    run's by columns."""
+    both = concat([events, begins])
+    derived = np.arange(len(both)) >= len(events)
+    return take(both, np.lexsort((derived, both["ts"], both["tid"])))
 
 
 def work_rows(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: np.ndarray,

@@ -40,7 +40,13 @@ from profinfer_perfetto.model import native
 from profinfer_perfetto.model.backends import blas_ops, vulkan_device_times, vulkan_ops
 from profinfer_perfetto.model.lookup import Latest, by_tensor, in_graph, last_descriptor, latest
 from profinfer_perfetto.model.names import PHASES
-from profinfer_perfetto.model.one_trap import FUSED_OPS, is_one_trap, op_begins, work_rows
+from profinfer_perfetto.model.one_trap import (
+    FUSED_OPS,
+    is_one_trap,
+    op_begins,
+    with_op_begins,
+    work_rows,
+)
 from profinfer_perfetto.model.records import sorted_unique, take, threads_of
 from profinfer_perfetto.model.work import auto_named
 
@@ -460,17 +466,7 @@ def build(recording: Recording, cont: Continuation | None = None) -> TraceModel:
     events, uncut = blas_ops(vulkan_ops(events), recording.nodes, run.ggml)
     tokens = _spans(events, Kind.TOKEN_BEGIN, Kind.TOKEN_END, run.end_ns)
     graphs = _spans(events, Kind.GRAPH_BEGIN, Kind.GRAPH_END, run.end_ns)
-    descriptors = by_tensor(recording.nodes)
-    if is_one_trap(recording.events):
-        fused = (run.ggml.op_id(FUSED_OPS[0]), run.ggml.op_id(FUSED_OPS[1]))
-        graph_of = graphs.containing(events["ts"])
-        begins = op_begins(events, graph_of, graphs.begin, graphs.tid, recording.nodes, fused,
-                           descriptors)
-        nodes, auto = _nodes(begins, recording.nodes, graphs, descriptors)
-        ops, dropped = _one_trap_ops(events, graph_of, begins, graphs, nodes, len(run.counters))
-    else:
-        nodes, auto = _nodes(events, recording.nodes, graphs, descriptors)
-        ops, dropped = _ops(events, graphs, nodes, len(run.counters))
+    nodes, auto, ops, dropped = _nodes_and_ops(recording, events, graphs)
     copies = set(cont.split_copies if cont else ())
     edges = _edges(nodes, _fused_second(nodes, ops), graphs, _split_steps(graphs, tokens),
                    copies)
@@ -527,6 +523,26 @@ def _host_calls(events: np.ndarray, end_ns: int) -> Spans:
     merged = {f: np.concatenate([getattr(c, f) for c in calls]) for f in vars(calls[0])}
     order = np.argsort(merged["begin"], kind="stable")
     return Spans(**{f: v[order] for f, v in merged.items()})
+
+
+def _nodes_and_ops(recording: Recording, events: np.ndarray, graphs: Spans
+                   ) -> tuple[Nodes, np.ndarray, Ops, int]:
+    """The nodes (and which of them ggml named itself) and the ops of a recording's `events`
+    (sorted by thread, then time), and the op begins dropped: from the op begins, or derived
+    from the barriers where one trap per op recorded none (one_trap.py)."""
+    run, descriptors = recording.run, by_tensor(recording.nodes)
+    if is_one_trap(recording.events):
+        fused = (run.ggml.op_id(FUSED_OPS[0]), run.ggml.op_id(FUSED_OPS[1]))
+        graph_of = graphs.containing(events["ts"])
+        begins = op_begins(events, graph_of, graphs.begin, graphs.tid, recording.nodes, fused,
+                           descriptors)
+        if not np.any((events["kind"] == Kind.OP_BEGIN) | (events["kind"] == Kind.OP_SKIP)):
+            nodes, auto = _nodes(begins, recording.nodes, graphs, descriptors)
+            return nodes, auto, *_one_trap_ops(events, graph_of, begins, graphs, nodes,
+                                               len(run.counters))
+        events = with_op_begins(events, begins)  # a BLAS or Vulkan split's ops too
+    nodes, auto = _nodes(events, recording.nodes, graphs, descriptors)
+    return nodes, auto, *_ops(events, graphs, nodes, len(run.counters))
 
 
 def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans, index: Latest

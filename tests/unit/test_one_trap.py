@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.events import Kind, event_dtype
+from profinfer_perfetto.capture.events import Backend, Kind, event_dtype
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model.agreement import agreement
 from profinfer_perfetto.model.one_trap import as_one_trap, is_one_trap, work_rows
@@ -54,6 +54,29 @@ def test_ops_are_derived_from_the_barrier_arrivals() -> None:
     ]
     assert (ops.counter_delta == -1).all()
     assert ops.cpu.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_a_blas_split_s_ops_join_the_derived_ones() -> None:
+    """A one-trap recording with a BLAS split after its CPU graph (the split's ops made from its
+    cblas_sgemm calls, backends.blas_ops): the CPU graph's ops as without the split, and the
+    split's two (its matmuls, each to its last call)."""
+    rec = one_trap_recording()
+    e = synthetic.event
+    split = [e(20_000, Kind.GRAPH_BEGIN, MAIN, aux=Backend.BLAS),
+             e(20_000, Kind.BLAS_NODE, MAIN, arg0=UP), e(20_000, Kind.BLAS_NODE, MAIN, arg0=OUT),
+             *(e(t, Kind.BLAS_CALL, MAIN) for t in (20_200, 20_300, 20_450)),
+             e(21_000, Kind.GRAPH_END, MAIN)]
+    described = [synthetic._node(20_000, UP, "MUL_MAT", "up", (64, 4, 2, 1), []),
+                 synthetic._node(20_000, OUT, "MUL_MAT", "out", (64, 4, 1, 1), [])]
+    events = np.concatenate([rec.events, np.array(split, rec.events.dtype)])
+    nodes = np.concatenate([rec.nodes, np.array(described, rec.nodes.dtype)])
+    with_split = replace(rec, events=events, nodes=nodes)
+    alone, both = build(rec).ops, build(with_split).ops
+    cpu = both.graph == 0
+    for name, values in vars(alone).items():
+        assert np.array_equal(getattr(both, name)[cpu], values), name
+    assert both.begin[~cpu].tolist() == [20_000, 20_300]
+    assert both.work_end[~cpu].tolist() == [20_300, 20_450]
 
 
 def test_a_thread_s_first_node_begins_where_it_entered_the_loop() -> None:
