@@ -26,7 +26,7 @@ from profinfer_perfetto.capture.events import COUNTER_UNREAD, Kind
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model import native
 from profinfer_perfetto.model.lookup import Latest, in_graph, last_descriptor, latest
-from profinfer_perfetto.model.records import concat, sorted_unique, take
+from profinfer_perfetto.model.records import sorted_unique, take, whole
 
 FUSED_OPS = ("RMS_NORM", "MUL")
 """The node pair ggml's CPU backend fuses (ggml_compute_forward_rms_norm_mul_fused): one call,
@@ -72,21 +72,36 @@ def op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
 
 def with_op_begins(events: np.ndarray, begins: np.ndarray) -> np.ndarray:
     """`events` and op begins (each sorted by thread, then time) as one array so sorted, each
-    begin after the events of its thread at its time: a sort of both, for a recording whose
-    events hold ops of their own (a BLAS or Vulkan split's: backends.py); work_rows pairs a CPU
-    run's by columns."""
-    both = concat([events, begins])
-    derived = np.arange(len(both)) >= len(events)
-    return take(both, np.lexsort((derived, both["ts"], both["tid"])))
+    begin after the events of its thread at its time (_merged): for a recording whose events
+    hold ops of their own (a BLAS or Vulkan split's: backends.py); work_rows pairs a CPU run's
+    by columns."""
+    at, is_begin = _merged(events["tid"], events["ts"], begins)
+    merged = np.empty(len(is_begin), events.dtype)
+    whole(merged)[at], whole(merged)[~is_begin] = whole(begins), whole(events)
+    return merged
 
 
 def work_rows(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: np.ndarray,
               begin_graph: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Barriers (their threads, times and graphs, by thread, then time) and op begins (records
     so sorted, in `begin_graph`) as one sequence of work rows so sorted, each begin after the
-    barriers of its thread at its time: its threads, times, which rows are begins, and graphs.
-    A merge of columns, not a sort of both (nor a merge of whole records: a third of the
-    derivation's time, 2026-12-02)."""
+    barriers of its thread at its time (_merged): its threads, times, which rows are begins,
+    and graphs. A merge of columns, not of whole records (a third of the derivation's time,
+    2026-12-02)."""
+    at, is_begin = _merged(tid, ts, begins)
+    barrier_at = np.flatnonzero(~is_begin)
+    columns = []
+    for barrier, begin in ((tid, begins["tid"]), (ts, begins["ts"]), (graph, begin_graph)):
+        merged = np.empty(len(is_begin), barrier.dtype)
+        merged[at], merged[barrier_at] = begin, barrier
+        columns.append(merged)
+    return columns[0], columns[1], is_begin, columns[2]
+
+
+def _merged(tid: np.ndarray, ts: np.ndarray, begins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where rows (their threads and times, by thread, then time) and op begins (records so
+    sorted) go in one sequence so sorted, each begin after the rows of its thread at its time:
+    the begins' positions, and which places are begins. A merge, not a sort of both."""
     at = np.empty(len(begins), np.int64)
     threads = sorted_unique(begins["tid"])
     lo, hi = (np.searchsorted(tid, threads, side) for side in ("left", "right"))
@@ -98,13 +113,7 @@ def work_rows(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: np.nda
     at += np.arange(len(begins))
     is_begin = np.zeros(len(tid) + len(begins), bool)
     is_begin[at] = True
-    barrier_at = np.flatnonzero(~is_begin)
-    columns = []
-    for barrier, begin in ((tid, begins["tid"]), (ts, begins["ts"]), (graph, begin_graph)):
-        merged = np.empty(len(is_begin), barrier.dtype)
-        merged[at], merged[barrier_at] = begin, barrier
-        columns.append(merged)
-    return columns[0], columns[1], is_begin, columns[2]
+    return at, is_begin
 
 
 def _arrivals(g: np.ndarray, tid: np.ndarray, ptr: np.ndarray, ts: np.ndarray) -> np.ndarray:

@@ -12,7 +12,12 @@ import pytest
 from profinfer_perfetto.capture.events import Backend, Kind, event_dtype
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model.agreement import agreement
-from profinfer_perfetto.model.one_trap import as_one_trap, is_one_trap, work_rows
+from profinfer_perfetto.model.one_trap import (
+    as_one_trap,
+    is_one_trap,
+    with_op_begins,
+    work_rows,
+)
 from profinfer_perfetto.model.trace_model import build
 from tests import synthetic
 from tests.synthetic import ATTN_NORM, MAIN, OUT, UP, WORKER
@@ -126,14 +131,16 @@ def test_barriers_that_name_no_node_are_no_one_trap_recording() -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_work_rows_merge_barriers_and_begins_as_a_sort_would(seed: int) -> None:
+def test_begins_merge_among_barriers_as_a_sort_would(seed: int) -> None:
     """Barriers and op begins of a few threads, ties in time among both and between them: the
-    merge is the stable sort of both by thread, then time, each begin after the barriers."""
+    merge, of columns (work_rows) or of records (with_op_begins), is the stable sort of both by
+    thread, then time, each begin after the barriers."""
     rng = np.random.default_rng(seed)
     parts = []
     for count in rng.integers(0, 60, 2):
         part = np.zeros(count, event_dtype(1))
         part["tid"], part["ts"] = rng.integers(1, 4, count), rng.integers(0, 20, count)
+        part["arg0"] = rng.integers(0, 2**63, count)
         parts.append(part[np.lexsort((part["ts"], part["tid"]))])
     barriers, begins = parts
     graph, begin_graph = rng.integers(-1, 3, len(barriers)), rng.integers(0, 3, len(begins))
@@ -145,3 +152,4 @@ def test_work_rows_merge_barriers_and_begins_as_a_sort_would(seed: int) -> None:
                 np.concatenate([graph, begin_graph])[order])
     for a, b in zip(merged, expected, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert with_op_begins(barriers, begins).tobytes() == both[order].tobytes()
