@@ -54,7 +54,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.records import copied, sorted_unique, take, threads_of
+from profinfer_perfetto.model.records import sorted_unique, threads_of
 from profinfer_perfetto.model.trace_model import (
     Ops,
     Routing,
@@ -155,10 +155,10 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     """A node's description (its routing, which differs from graph to graph, aside; its
     position, `node`, is an arg of each op slice of its own)."""
     op, tensor = model.op_label(node, fused)
-    rec = model.nodes.raw[fused if fused >= 0 else node]
+    first, rec = model.nodes.record(node), model.nodes.record(fused if fused >= 0 else node)
     ggml = model.run.ggml
     base_op = ggml.op_name(int(rec["op"])) if fused < 0 else op
-    flops, nbytes = op_work(ggml, model.nodes.raw[node])
+    flops, nbytes = op_work(ggml, first)
     if fused >= 0:
         more_flops, more_bytes = op_work(ggml, rec)
         flops, nbytes = flops + more_flops, nbytes + more_bytes
@@ -169,7 +169,7 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
         role(tensor, base_op),
         int(model.nodes.layer[fused if fused >= 0 else node]),
         ggml.type_name(int(rec["type"])),
-        ggml.type_name(int(model.nodes.raw[node]["src"][0]["type"])),
+        ggml.type_name(int(first["src"][0]["type"])),
         _shape(rec["ne"]),
         flops,
         nbytes,
@@ -177,17 +177,17 @@ def _node_args(model: TraceModel, node: int, fused: int) -> Args:
     sub = ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
     if sub and fused < 0:
         args.append((subop_arg, sub))
-    for i, src in enumerate(model.nodes.raw[node]["src"]):
+    for i, src in enumerate(first["src"]):
         if src["ptr"]:
             args.append((src_arg(i), f"{ggml.type_name(int(src['type']))} {_shape(src['ne'])}"))
     return tuple(args)
 
 
-def _contents(raw: np.ndarray) -> np.ndarray:
-    """NODE records' bytes but their times: a row of bytes each."""
-    blank = copied(raw)
-    blank["ts"] = 0
-    return blank.view(np.uint8).reshape(len(raw), raw.dtype.itemsize)
+def _contents(taken: np.ndarray) -> np.ndarray:
+    """NODE records' bytes but their times (which it blanks in `taken`, a copy of them): a row of
+    bytes each."""
+    taken["ts"] = 0
+    return taken.view(np.uint8).reshape(len(taken), taken.dtype.itemsize)
 
 
 def _experts_text(routing: Routing) -> str:
@@ -479,21 +479,19 @@ class _LayoutBuilder:
         Returns the begin and end row of each op's slice.
         """
         model, ops, nodes = self.model, self.model.ops, self.model.nodes
-        width = len(nodes) + 1
-        pairs, which = np.unique(ops.node * width + ops.fused + 1, return_inverse=True)
-        which = which.reshape(-1)
-        node, fused = pairs // width, pairs % width - 1
-        ids = self._node_ids(node, fused)
-        names, args = ids[:, 0], ids[:, 1].copy()
-        for i in np.flatnonzero(np.isin(node, list(model.routing))).tolist():
-            routing_args = tuple(_routing_args(model.routing[int(node[i])]))
-            args[i] = self.arg_set(self.tables.arg_sets[args[i]] + routing_args)
-        index, at = np.unique(nodes.index[node], return_inverse=True)
-        shares = np.array([self.arg_set(((NODE_ARG, i),)) for i in index.tolist()],
-                          np.int64)[at.reshape(-1)]
-        name = names[which]
-        arg = shares[which]
-        desc = np.where(_described(ops), args[which], -1)
+        ids = self._node_ids(ops.node, ops.fused)
+        name, args = ids[:, 0], ids[:, 1].copy()
+        routed = np.flatnonzero(np.isin(ops.node, list(model.routing)))
+        routed_nodes, first, of_routed = np.unique(ops.node[routed], return_index=True,
+                                                   return_inverse=True)
+        with_routing = [self.arg_set(self.tables.arg_sets[args[routed[i]]]
+                                     + tuple(_routing_args(model.routing[n])))
+                        for n, i in zip(routed_nodes.tolist(), first.tolist(), strict=True)]
+        args[routed] = np.array(with_routing, np.int64)[of_routed.reshape(-1)]
+        index, at = np.unique(nodes.index[ops.node], return_inverse=True)
+        arg = np.array([self.arg_set(((NODE_ARG, i),)) for i in index.tolist()],
+                       np.int64)[at.reshape(-1)]
+        desc = np.where(_described(ops), args, -1)
         if model.sched is not None:
             arg = self._with_cpu(arg, ops.cpu)
         tids, of_op = threads_of(ops.tid)
@@ -547,21 +545,27 @@ class _LayoutBuilder:
         self.rows.slices(track, device.begin, device.end, 1, names, args)
 
     def _node_ids(self, node: np.ndarray, fused: np.ndarray) -> np.ndarray:
-        """The (name, description) ids of nodes (or fused pairs): nodes whose descriptors say
-        the same (a node in graph after graph, a descriptor sent again unchanged) are looked
-        up once, and the new ones described in order of first use."""
+        """The (name, description) ids of nodes (or fused pairs): nodes of the same descriptors
+        (a node in graph after graph, a descriptor sent again unchanged) and layers are looked
+        up once, and the new ones described in node order."""
         nodes = self.model.nodes
         second = np.maximum(fused, 0)
         has = fused >= 0
-        first, which = _distinct((nodes.raw["ptr"][node], nodes.described_at[node],
-                                  np.where(has, nodes.raw["ptr"][second], 0),
-                                  np.where(has, nodes.described_at[second], 0),
-                                  nodes.layer[node], np.where(has, nodes.layer[second], -1)))
-        by_use = np.argsort(first)  # the nodes' descriptors, in order of first use
-        keys = self._content_keys(node[first[by_use]], fused[first[by_use]])
+        width, layers = len(nodes.descriptors) + 1, int(nodes.layer.max(initial=0)) + 2
+        first, which = _distinct((
+            nodes.desc[node] * width + np.where(has, nodes.desc[second], -1) + 1,
+            (nodes.layer[node] + 1) * layers + np.where(has, nodes.layer[second], -1) + 1))
+        # Each one's node (or pair) of the lowest index, and in that order: new ones are
+        # described in node order.
+        pairs = len(nodes) + 1
+        lowest = np.full(len(first), np.iinfo(np.int64).max)
+        np.minimum.at(lowest, which, node * pairs + fused + 1)
+        by_use = np.argsort(lowest)
+        node, fused = lowest[by_use] // pairs, lowest[by_use] % pairs - 1
+        keys = self._content_keys(node, fused)
         content, of_key = _equal_rows(keys)
-        found = [self._described(keys[k].tobytes(), int(node[i]), int(fused[i]))
-                 for k, i in zip(content.tolist(), first[by_use][content].tolist(), strict=True)]
+        found = [self._described(keys[k].tobytes(), int(node[k]), int(fused[k]))
+                 for k in content.tolist()]
         ids = np.array(found, np.int64).reshape(-1, 2)
         of_descriptor = np.empty((len(first), 2), np.int64)
         of_descriptor[by_use] = ids[of_key]
@@ -571,13 +575,14 @@ class _LayoutBuilder:
     def _content_keys(self, node: np.ndarray, fused: np.ndarray) -> np.ndarray:
         """Each node's (or fused pair's) descriptors but their times, and its layers: a row of
         bytes each."""
-        raw, layer = self.model.nodes.raw, self.model.nodes.layer
-        width = raw.dtype.itemsize
+        nodes = self.model.nodes
+        width = nodes.descriptors.dtype.itemsize
         has = fused >= 0
         keys = np.zeros((len(node), 2 * width + 24), np.uint8)
-        keys[:, :width] = _contents(take(raw, node))
-        keys[has, width:2 * width] = _contents(take(raw, fused[has]))
-        keys[:, 2 * width:] = np.stack([layer[node], np.where(has, layer[np.maximum(fused, 0)], -1),
+        keys[:, :width] = _contents(nodes.records(node))
+        keys[has, width:2 * width] = _contents(nodes.records(fused[has]))
+        keys[:, 2 * width:] = np.stack([nodes.layer[node],
+                                        np.where(has, nodes.layer[np.maximum(fused, 0)], -1),
                                         has.astype(np.int64)], 1).view(np.uint8)
         return keys
 

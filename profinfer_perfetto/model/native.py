@@ -13,7 +13,7 @@ from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_passes.so")
 """Where the install builds passes.c."""
-ABI = 6
+ABI = 7
 """passes.c's passes_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
@@ -42,8 +42,8 @@ class Passes:
 
     def __init__(self, library: ctypes.CDLL) -> None:
         self._last_writers = library.last_writers
-        self._last_writers.argtypes = [_POINTER, _INT64, ctypes.POINTER(_NodeFields), _POINTER,
-                                       _POINTER, _POINTER]
+        self._last_writers.argtypes = [_POINTER, _POINTER, _INT64, ctypes.POINTER(_NodeFields),
+                                       _POINTER, _POINTER, _POINTER]
         self._last_writers.restype = _INT64
         self._node_index = library.node_index
         self._node_index.argtypes = [_INT64, _POINTER, _POINTER, _INT64, _POINTER, _POINTER,
@@ -66,14 +66,19 @@ class Passes:
                                   _POINTER, _POINTER]
         self._entries.restype = _INT64
 
-    def last_writers(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each source of the nodes (NODE records, in graph order) as (reader, slot), with its
-        producer: the last earlier node that wrote the storage it reads (-1: none)."""
-        nodes = np.ascontiguousarray(nodes)
-        fields = _node_fields(nodes.dtype)
-        out = [np.empty(len(nodes) * fields.slots, np.int64) for _ in range(3)]
-        found = self._last_writers(nodes.ctypes.data, len(nodes), ctypes.byref(fields),
-                                   *(o.ctypes.data for o in out))
+    def last_writers(self, records: np.ndarray, desc: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each source of the nodes (rows `desc` of the NODE records `records`, in graph order)
+        as (reader, slot), with its producer: the last earlier node that wrote the storage it
+        reads (-1: none)."""
+        records = np.ascontiguousarray(records)
+        desc = np.ascontiguousarray(desc, np.int64)
+        if len(desc) and not 0 <= int(desc.min()) <= int(desc.max()) < len(records):
+            raise IndexError("passes.c: last_writers: a node's descriptor is out of range")
+        fields = _node_fields(records.dtype)
+        out = [np.empty(len(desc) * fields.slots, np.int64) for _ in range(3)]
+        found = self._last_writers(records.ctypes.data, desc.ctypes.data, len(desc),
+                                   ctypes.byref(fields), *(o.ctypes.data for o in out))
         if found < 0:
             raise MemoryError("passes.c: last_writers")
         reader, slot, producer = (o[:found] for o in out)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t passes_abi(void) { return 6; }
+int64_t passes_abi(void) { return 7; }
 
 /* Where a record's fields lie: NODE records (capture/events.py) back to back. */
 struct node_fields {
@@ -51,13 +51,15 @@ static uint64_t find(const int64_t *slots, uint64_t mask, const int64_t *graph,
     return k;
 }
 
-/* The producer of each source of n nodes (in graph order): for each node i and each source
-   slot s whose tensor address is not 0, in that order, the last node j < i whose storage (its
-   view's source, else its own address) is what the source reads (its view's source, else its
-   address), -1 where no earlier node wrote it: reader[k] = i, slot[k] = s, producer[k] = j.
-   Returns k, the sources found; -1 where memory ran out. */
-int64_t last_writers(const uint8_t *nodes, int64_t n, const struct node_fields *f,
-                     int64_t *reader, int64_t *slot, int64_t *producer) {
+/* The producer of each source of n nodes (in graph order; node i's record is row desc[i] of
+   the records at `records`): for each node i and each source slot s whose tensor address is
+   not 0, in that order, the last node j < i whose storage (its view's source, else its own
+   address) is what the source reads (its view's source, else its address), -1 where no
+   earlier node wrote it: reader[k] = i, slot[k] = s, producer[k] = j. Returns k, the sources
+   found; -1 where memory ran out. */
+int64_t last_writers(const uint8_t *records, const int64_t *desc, int64_t n,
+                     const struct node_fields *f, int64_t *reader, int64_t *slot,
+                     int64_t *producer) {
     int64_t found = 0;
     uint64_t mask;
     int64_t *last = empty_slots(n, &mask);
@@ -68,7 +70,7 @@ int64_t last_writers(const uint8_t *nodes, int64_t n, const struct node_fields *
         return -1;
     }
     for (int64_t i = 0; i < n; i++) {
-        const uint8_t *node = nodes + i * f->size;
+        const uint8_t *node = records + desc[i] * f->size;
         for (int64_t s = 0; s < f->slots; s++) {
             const uint8_t *src = node + f->src + s * f->src_size;
             uint64_t ptr = field(src, f->src_ptr), view = field(src, f->src_view);

@@ -86,11 +86,12 @@ class Nodes:
     graph: np.ndarray
     index: np.ndarray
     """Position among the graph's described nodes (execution order)."""
-    raw: np.ndarray
-    """The NODE records, for shapes, types and sources (`ts`: when the node ran)."""
-    described_at: np.ndarray
-    """When the descriptor of each node was sent: with its tensor's address, the descriptor's
-    identity, the same in every chunk of a run that uses it."""
+    descriptors: np.ndarray
+    """The NODE records the nodes' descriptors are among (the recording's, not a copy)."""
+    desc: np.ndarray
+    """Each node's descriptor, a row of `descriptors`: its shapes, types and sources."""
+    ptr: np.ndarray
+    """Each node's tensor address."""
     names: list[str]
     layer: np.ndarray
     """The layer of the tensor name's `-N` suffix; a node ggml named automatically (`node_21`)
@@ -98,6 +99,22 @@ class Nodes:
 
     def __len__(self) -> int:
         return len(self.graph)
+
+    def records(self, nodes: np.ndarray) -> np.ndarray:
+        """The descriptors of `nodes` (a copy)."""
+        return take(self.descriptors, self.desc[nodes])
+
+    def record(self, node: int) -> np.void:
+        """One node's descriptor."""
+        found: np.void = self.descriptors[self.desc[node]]
+        return found
+
+    @property
+    def described_at(self) -> np.ndarray:
+        """When each node's descriptor was sent: with its tensor's address, the descriptor's
+        identity, the same in every chunk of a run that uses it."""
+        at: np.ndarray = self.descriptors["ts"][self.desc]
+        return at
 
 
 @dataclass
@@ -146,7 +163,7 @@ def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops, moe_ops: set[int]
     if len(routes) == 0:
         return {}
     main = ops.ith == 0
-    at = {(int(ts), int(nodes.raw[n]["ptr"])): int(n)
+    at = {(int(ts), int(nodes.ptr[n])): int(n)
           for times in (ops.begin[main], ops.work_end[main])
           for ts, n in zip(times.tolist(), ops.node[main].tolist(), strict=True)}
     chunks: dict[int, list[np.ndarray]] = {}
@@ -162,9 +179,10 @@ def _routing(routes: np.ndarray, nodes: Nodes, ops: Ops, moe_ops: set[int]
     read = {node: Routing(np.concatenate(parts), *shape[node]) for node, parts in chunks.items()}
     found: dict[int, Routing] = {}
     last: tuple[int, int, Routing] | None = None
-    ids_of = nodes.raw["src"][:, 2]["ptr"].tolist()
+    ids_of = nodes.descriptors["src"]["ptr"][nodes.desc, 2].tolist()
+    op_of = nodes.descriptors["op"][nodes.desc].tolist()
     for n in np.lexsort((nodes.index, nodes.graph)).tolist():
-        if int(nodes.raw[n]["op"]) not in moe_ops:
+        if op_of[n] not in moe_ops:
             continue
         key = (int(nodes.graph[n]), ids_of[n])
         if n in read:
@@ -271,7 +289,7 @@ class TraceModel:
         ops = [node] if fused < 0 else [node, fused]
         labels = []
         for n in ops:
-            rec = self.nodes.raw[n]
+            rec = self.nodes.record(n)
             labels.append(
                 self.run.ggml.subop_name(int(rec["op"]), int(rec["op_param0"]))
                 or self.run.ggml.op_name(int(rec["op"]))
@@ -338,7 +356,7 @@ def _latest_begin(is_begin: np.ndarray) -> np.ndarray:
 def _node_lookup(nodes: Nodes, graph: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     """Index of the node with this (graph, tensor address), -1 if none was described (the last
     one where a graph computed a tensor twice)."""
-    return in_graph(nodes.graph, nodes.raw["ptr"], graph, ptr)
+    return in_graph(nodes.graph, nodes.ptr, graph, ptr)
 
 
 def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np.ndarray,
@@ -348,7 +366,7 @@ def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np
     graph's step, -1 where it was not), in an earlier split of the step; and the edges into
     split inputs the scheduler copied (`copies`, _copy_edges)."""
     n = len(nodes)
-    reader, slot, producer = _producers(nodes.raw)
+    reader, slot, producer = _producers(nodes.descriptors, nodes.desc)
     found = producer >= 0
     graph_of = nodes.graph[producer[found]], nodes.graph[reader[found]]
     step_of = split_step[graph_of[0]]
@@ -365,13 +383,15 @@ def _edges(nodes: Nodes, fused_second: np.ndarray, graphs: Spans, split_step: np
     return np.stack([keys // n, keys % n], 1).astype(np.int64).reshape(-1, 2)
 
 
-def _producers(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each source of the nodes (NODE records, in graph order) as (reader, slot), in that order,
-    with its producer: the last earlier node that wrote the storage it reads (a view's source,
-    else the tensor), -1 for none. By passes.c where the install built it (model/native.py),
-    else by numpy: the same."""
+def _producers(descriptors: np.ndarray, desc: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each source of the nodes (rows `desc` of the NODE records `descriptors`, in graph order)
+    as (reader, slot), in that order, with its producer: the last earlier node that wrote the
+    storage it reads (a view's source, else the tensor), -1 for none. By passes.c where the
+    install built it (model/native.py), else by numpy: the same."""
     if native.PASSES is not None:
-        return native.PASSES.last_writers(raw)
+        return native.PASSES.last_writers(descriptors, desc)
+    raw = take(descriptors, desc)
     storage = np.where(raw["view_src"] != 0, raw["view_src"], raw["ptr"])
     src_ptr, src_view = raw["src"]["ptr"], raw["src"]["view_src"]
     reader, slot = np.nonzero(src_ptr)
@@ -407,7 +427,7 @@ def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.
     nothing in its split wrote it, it is no op's result (op NONE, like a weight) and it is the
     only such source of its shape and type in its split; or where its address held a copy
     before (`copies`, which it adds to: a weight's address never holds a copy)."""
-    src = take(nodes.raw["src"], (reader, slot))
+    src = take(nodes.descriptors["src"], (nodes.desc[reader], slot))
     keep = (src["op"] == 0) & (split_step[nodes.graph[reader]] >= 0)
     if not keep.any():
         return np.empty((0, 2), np.int64)
@@ -429,7 +449,7 @@ def _copy_edges(nodes: Nodes, graphs: Spans, split_step: np.ndarray, reader: np.
         earlier = np.arange(lo, hi)
         other = graphs.aux[nodes.graph[earlier]]
         earlier = earlier[(other != graphs.aux[g]) & (device[nodes.graph[earlier]] | device[g])]
-        origin = {_key(nodes.raw[o]): o for o in earlier.tolist()}
+        origin = {_key(nodes.record(o)): o for o in earlier.tolist()}
         for i in here:
             ptr = int(src["ptr"][i])
             if keys[i] in origin and (len(ptrs_of[keys[i]]) == 1 or ptr in copies):
@@ -560,20 +580,18 @@ def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans, index: La
     described = last_descriptor(index, ptrs, at)
     node_graph = graphs.containing(at)
     ok = (described >= 0) & (node_graph >= 0)
-    raw = take(descriptors, described[ok])  # a copy, its ts set below
-    described_at = raw["ts"].copy()
-    raw["ts"] = at[ok]
-    node_graph = node_graph[ok]
+    desc, node_graph = described[ok], node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     # Each descriptor's name decoded once: a graph's nodes are described alike at every step.
-    used, of_node = np.unique(described[ok], return_inverse=True)
+    used, of_node = np.unique(desc, return_inverse=True)
     named = [_named(n) for n in descriptors["name"][used].tolist()]
     names, layers, automatic = zip(*named, strict=True) if named else ((), (), ())
     nodes = Nodes(
         graph=node_graph,
-        index=np.arange(len(raw)) - first_of_graph,
-        raw=raw,
-        described_at=described_at,
+        index=np.arange(len(desc)) - first_of_graph,
+        descriptors=descriptors,
+        desc=desc,
+        ptr=ptrs[ok],
         names=np.array(names, object)[of_node].tolist(),
         layer=np.array(layers, np.int64)[of_node],
     )

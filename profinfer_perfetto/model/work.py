@@ -35,7 +35,7 @@ def _elements(ne: np.ndarray) -> int:
     return math.prod(int(d) for d in ne)
 
 
-def op_work(ggml: GgmlInfo, node: np.ndarray) -> tuple[int, int]:
+def op_work(ggml: GgmlInfo, node: np.void) -> tuple[int, int]:
     """(FLOPs, bytes) of one graph node record (capture/events.py NODE)."""
     op = ggml.op_name(int(node["op"]))
     srcs = [s for s in node["src"] if s["ptr"]]

@@ -81,7 +81,7 @@ def nbytes(dtype: int, elements: int) -> int:
     return elements // block * size
 
 
-def work(op: str, node: np.ndarray) -> tuple[int, int]:
+def work(op: str, node: np.void) -> tuple[int, int]:
     """FLOPs and bytes of one node, as the metrics count them: 2*K*M*N for a matrix
     product, 4*D*n_kv*n_q*heads for flash attention, one per output element otherwise; bytes of
     the sources read and the output written (only the rows GET_ROWS reads and SET_ROWS
@@ -152,16 +152,16 @@ def op_slices(model: TraceModel) -> list[dict[str, Any]]:
         node, fused = int(ops.node[i]), int(ops.fused[i])
         label, tensor = model.op_label(node, fused)
         last = fused if fused >= 0 else node
-        op = label if fused >= 0 else ggml.op_name(int(nodes.raw[node]["op"]))
-        flops, moved = (sum(w) for w in zip(*(work(ggml.op_name(int(nodes.raw[n]["op"])),
-                                                   nodes.raw[n]) for n in {node, last}),
+        op = label if fused >= 0 else ggml.op_name(int(nodes.record(node)["op"]))
+        flops, moved = (sum(w) for w in zip(*(work(ggml.op_name(int(nodes.record(n)["op"])),
+                                                   nodes.record(n)) for n in {node, last}),
                                              strict=True))
         begin, work_end, end = int(ops.begin[i]), int(ops.work_end[i]), int(ops.end[i])
         step = int(step_of_graph[ops.graph[i]])
         out.append({
             "graph": int(ops.graph[i]), "node": int(nodes.index[node]), "tid": int(ops.tid[i]),
             "op": op, "role": role_of(tensor, op), "layer": int(nodes.layer[last]),
-            "dtype": ggml.type_name(int(nodes.raw[node]["src"][0]["type"])), "flops": flops,
+            "dtype": ggml.type_name(int(nodes.record(node)["src"][0]["type"])), "flops": flops,
             "bytes": moved, "threads": int(model.graphs.arg1[ops.graph[i]] >> 32),
             "begin": begin, "dur": max(work_end - begin, 1), "wait": max(end - work_end, 0),
             "step": step, "phase": phase.get(step),

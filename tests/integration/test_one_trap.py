@@ -24,7 +24,7 @@ def test_derived_ops_are_the_recorded_ones(llama: Callable[..., Path],
                             selection=Selection(exact=True))
     rec = record(request, plan(request))
     exact, derived = build(rec), build(as_one_trap(rec))
-    assert np.array_equal(exact.nodes.raw["ptr"], derived.nodes.raw["ptr"])
+    assert np.array_equal(exact.nodes.ptr, derived.nodes.ptr)
     assert np.array_equal(exact.nodes.graph, derived.nodes.graph)
     e = np.lexsort((exact.ops.node, exact.ops.tid))
     d = np.lexsort((derived.ops.node, derived.ops.tid))

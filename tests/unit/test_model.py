@@ -90,7 +90,7 @@ def test_set_rows_is_the_rows_it_writes_not_its_whole_destination() -> None:
     """SET_ROWS writes a few rows into a big tensor (a KV cache): its work is those rows read
     and written, with the row ids."""
     ggml = replace(synthetic.GGML, ops=(*synthetic.OPS, "SET_ROWS"))
-    node = np.zeros((), NODE)
+    node = np.zeros(1, NODE)[0]
     node["op"], node["type"] = len(synthetic.OPS), 0  # into f32
     node["ne"] = (256, 4096, 1, 1)  # the cache: 4096 rows of 256
     node["src"][0] = (1, 0, (256, 2, 1, 1), 0, 0)  # two rows of f32

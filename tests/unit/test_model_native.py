@@ -46,10 +46,13 @@ def _nodes(seed: int, n: int) -> np.ndarray:
 @pytest.mark.parametrize("seed", range(20))
 def test_both_find_the_same_producers(passes: native.Passes, seed: int,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes = _nodes(seed, int(np.random.default_rng(seed).integers(0, 300)))
+    """Nodes as rows of descriptors in another order, some of them twice."""
+    rng = np.random.default_rng(seed)
+    nodes = _nodes(seed, int(rng.integers(1, 300)))
+    desc = rng.integers(0, len(nodes), int(rng.integers(0, 300)))
     monkeypatch.setattr(native, "PASSES", None)
-    by_numpy = trace_model._producers(nodes)
-    compiled = passes.last_writers(nodes)
+    by_numpy = trace_model._producers(nodes, desc)
+    compiled = passes.last_writers(nodes, desc)
     for a, b in zip(compiled, by_numpy, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
 
@@ -63,8 +66,9 @@ def test_both_find_the_same_nodes(passes: native.Passes, seed: int,
     n, m = int(rng.integers(0, 200)), int(rng.integers(0, 400))
     nodes = _nodes(seed, n)
     graph = np.sort(rng.integers(0, 6, n))
-    model_nodes = Nodes(graph=graph, index=np.zeros(n, np.int64), raw=nodes,
-                        described_at=nodes["ts"], names=[""] * n, layer=np.zeros(n, np.int64))
+    model_nodes = Nodes(graph=graph, index=np.zeros(n, np.int64), descriptors=nodes,
+                        desc=np.arange(n), ptr=nodes["ptr"], names=[""] * n,
+                        layer=np.zeros(n, np.int64))
     q_graph = rng.integers(-1, 8, m)
     q_ptr = rng.choice(np.append(nodes["ptr"], np.uint64(7)), m)  # 7: no node's
     monkeypatch.setattr(native, "PASSES", None)
@@ -154,3 +158,10 @@ def test_both_derive_the_same_one_trap_arrivals(passes: native.Passes, seed: int
                         one_trap._entered(loops, loop_g, arrival["tid"], arrival_g)])
     for a, b in zip(*results, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_a_descriptor_out_of_range_is_refused(passes: native.Passes) -> None:
+    """The compiled pass reads a node's descriptor where its index says: never past them."""
+    nodes = _nodes(0, 4)
+    with pytest.raises(IndexError):
+        passes.last_writers(nodes, np.array([0, 4]))
