@@ -222,9 +222,10 @@ def _described(ops: Ops) -> np.ndarray:
     lowest ith's (the calling thread's, ith 0, whose ops the model's nodes come from). Every op
     slice carries `node`; a description on every share would be parsed by trace_processor once
     per thread (most of its load time on a big trace)."""
-    order = np.lexsort((ops.ith, ops.node, ops.graph))
+    # A node is of one graph: by node, then ith (packed: a stable sort of runs of ops).
+    order = np.argsort(ops.node * (int(ops.ith.max(initial=0)) + 1) + ops.ith, kind="stable")
     first = np.ones(len(order), bool)
-    first[1:] = (np.diff(ops.graph[order]) != 0) | (np.diff(ops.node[order]) != 0)
+    first[1:] = np.diff(ops.node[order]) != 0
     described = np.zeros(len(order), bool)
     described[order[first]] = True
     return described
@@ -232,8 +233,10 @@ def _described(ops: Ops) -> np.ndarray:
 
 def _distinct(columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Rows of equal keys (a value per column): the first row of each distinct key, and each
-    row's key among them (np.unique(axis=0) sorts rows ten times slower)."""
-    order = np.lexsort(columns[::-1])
+    row's key among them (np.unique(axis=0) sorts rows ten times slower; one column, by a
+    stable sort, which finds its runs)."""
+    order = (np.argsort(columns[0], kind="stable") if len(columns) == 1
+             else np.lexsort(columns[::-1]))
     new = np.zeros(len(order), bool)
     new[:1] = True
     for column in columns:
@@ -488,9 +491,11 @@ class _LayoutBuilder:
                                      + tuple(_routing_args(model.routing[n])))
                         for n, i in zip(routed_nodes.tolist(), first.tolist(), strict=True)]
         args[routed] = np.array(with_routing, np.int64)[of_routed.reshape(-1)]
-        index, at = np.unique(nodes.index[ops.node], return_inverse=True)
-        arg = np.array([self.arg_set(((NODE_ARG, i),)) for i in index.tolist()],
-                       np.int64)[at.reshape(-1)]
+        index = nodes.index[ops.node]
+        shares = np.zeros(int(index.max(initial=0)) + 1, np.int64)
+        used = np.flatnonzero(np.bincount(index))
+        shares[used] = [self.arg_set(((NODE_ARG, i),)) for i in used.tolist()]
+        arg = shares[index]
         desc = np.where(_described(ops), args, -1)
         if model.sched is not None:
             arg = self._with_cpu(arg, ops.cpu)
@@ -552,9 +557,10 @@ class _LayoutBuilder:
         second = np.maximum(fused, 0)
         has = fused >= 0
         width, layers = len(nodes.descriptors) + 1, int(nodes.layer.max(initial=0)) + 2
-        first, which = _distinct((
-            nodes.desc[node] * width + np.where(has, nodes.desc[second], -1) + 1,
-            (nodes.layer[node] + 1) * layers + np.where(has, nodes.layer[second], -1) + 1))
+        pair = nodes.desc[node] * width + np.where(has, nodes.desc[second], -1) + 1
+        layer = (nodes.layer[node] + 1) * layers + np.where(has, nodes.layer[second], -1) + 1
+        fits = (width * layers) ** 2 < 1 << 62
+        first, which = _distinct((pair * layers ** 2 + layer,) if fits else (pair, layer))
         # Each one's node (or pair) of the lowest index, and in that order: new ones are
         # described in node order.
         pairs = len(nodes) + 1
