@@ -18,7 +18,7 @@ and barriers as for a recording that has them (trace_model._one_trap_ops, as _op
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,13 +42,63 @@ def is_one_trap(events: np.ndarray) -> bool:
     return bool(np.any((kinds == Kind.BARRIER) & (events["arg0"] != 0)))
 
 
+@dataclass
+class Begins:
+    """Op begins as columns, by thread, then time: a recording's own (`of_events`) or derived
+    from its barriers (op_begins)."""
+
+    tid: np.ndarray
+    ts: np.ndarray
+    cpu: np.ndarray
+    arg0: np.ndarray
+    """The node's tensor address (a fused pair's first node)."""
+    arg1: np.ndarray
+    """A fused pair's second node's tensor address, else 0."""
+    ith: np.ndarray
+    traced: np.ndarray
+    """Whether the op ran (an OP_BEGIN, not an OP_SKIP)."""
+
+    @classmethod
+    def of_events(cls, events: np.ndarray) -> Begins:
+        """Events' fields (views, not copies); `traced`: which are OP_BEGINs."""
+        return cls(events["tid"], events["ts"], events["cpu"], events["arg0"], events["arg1"],
+                   events["ith"], events["kind"] == Kind.OP_BEGIN)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def where(self, rows: np.ndarray) -> Begins:
+        """The begins of `rows` (an index array or a mask)."""
+        return Begins(self.tid[rows], self.ts[rows], self.cpu[rows], self.arg0[rows],
+                      self.arg1[rows], self.ith[rows], self.traced[rows])
+
+
+@dataclass
+class Derived(Begins):
+    """Op begins op_begins derived: each at an arrival, `row` (its event), on that arrival's
+    thread and CPU; `nth`: its graph's threads."""
+
+    row: np.ndarray
+    nth: np.ndarray
+
+    def records(self, events: np.ndarray) -> np.ndarray:
+        """The begins as OP_BEGIN events (copies of their arrivals' records), counters
+        unread."""
+        begins = take(events, self.row)
+        begins["kind"] = Kind.OP_BEGIN
+        begins["ts"], begins["arg0"], begins["arg1"] = self.ts, self.arg0, self.arg1
+        begins["ith"], begins["aux"] = self.ith, self.nth
+        begins["counter"] = np.uint64(COUNTER_UNREAD)
+        return begins
+
+
 def op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
               graph_tid: np.ndarray, descriptors: np.ndarray, fused_ops: tuple[int, int],
-              index: Latest) -> np.ndarray:
+              index: Latest) -> Derived:
     """The op begins of `events` (sorted by thread, then time; `graph_of`: each one's graph, -1
     for none), sorted so: one for each thread's share of each node its barriers name, at the
-    release before, on the CPU of the thread's arrival, counters unread; `fused_ops` (op ids)
-    makes a pair of a node and the one it reads (`index`: by_tensor of the descriptors)."""
+    release before, on the CPU of the thread's arrival; `fused_ops` (op ids) makes a pair of a
+    node and the one it reads (`index`: by_tensor of the descriptors)."""
     named = np.flatnonzero((events["kind"] == Kind.BARRIER) & (events["arg0"] != 0)
                            & (graph_of >= 0))
     arrived = named[_arrivals(graph_of[named], events["tid"][named], events["arg0"][named],
@@ -59,57 +109,54 @@ def op_begins(events: np.ndarray, graph_of: np.ndarray, graph_begin: np.ndarray,
     ith, nth = _ith(g, tid, graph_tid)
     ts = np.maximum(before[group], _entered(events, graph_of, tid, g))
     order = np.lexsort((ts, tid))
-    begins = take(events, arrived[order])  # the one copy: the arrivals' CPUs, in begin order
-    fused = first[order] != 0
-    begins["kind"] = Kind.OP_BEGIN
-    begins["ts"] = ts[order]
-    begins["arg0"] = np.where(fused, first[order], ptr[order])
-    begins["arg1"] = np.where(fused, ptr[order], 0)
-    begins["ith"], begins["aux"] = ith[order], nth[order]
-    begins["counter"] = np.uint64(COUNTER_UNREAD)
-    return begins
+    first, ptr = first[order], ptr[order]
+    fused = first != 0
+    return Derived(tid=tid[order], ts=ts[order], cpu=events["cpu"][arrived[order]],
+                   arg0=np.where(fused, first, ptr), arg1=np.where(fused, ptr, 0),
+                   ith=ith[order].astype(np.uint8), traced=np.ones(len(order), bool),
+                   row=arrived[order], nth=nth[order])
 
 
-def with_op_begins(events: np.ndarray, begins: np.ndarray) -> np.ndarray:
+def with_op_begins(events: np.ndarray, begins: Derived) -> np.ndarray:
     """`events` and op begins (each sorted by thread, then time) as one array so sorted, each
     begin after the events of its thread at its time (_merged): for a recording whose events
     hold ops of their own (a BLAS or Vulkan split's: backends.py); work_rows pairs a CPU run's
     by columns."""
     at, is_begin = _merged(events["tid"], events["ts"], begins)
     merged = np.empty(len(is_begin), events.dtype)
-    whole(merged)[at], whole(merged)[~is_begin] = whole(begins), whole(events)
+    whole(merged)[at], whole(merged)[~is_begin] = whole(begins.records(events)), whole(events)
     return merged
 
 
-def work_rows(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: np.ndarray,
+def work_rows(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: Begins,
               begin_graph: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Barriers (their threads, times and graphs, by thread, then time) and op begins (records
-    so sorted, in `begin_graph`) as one sequence of work rows so sorted, each begin after the
+    """Barriers (their threads, times and graphs, by thread, then time) and op begins (so
+    sorted, in `begin_graph`) as one sequence of work rows so sorted, each begin after the
     barriers of its thread at its time (_merged): its threads, times, which rows are begins,
     and graphs. A merge of columns, not of whole records (a third of the derivation's time,
     2026-12-02)."""
     at, is_begin = _merged(tid, ts, begins)
     barrier_at = np.flatnonzero(~is_begin)
     columns = []
-    for barrier, begin in ((tid, begins["tid"]), (ts, begins["ts"]), (graph, begin_graph)):
+    for barrier, begin in ((tid, begins.tid), (ts, begins.ts), (graph, begin_graph)):
         merged = np.empty(len(is_begin), barrier.dtype)
         merged[at], merged[barrier_at] = begin, barrier
         columns.append(merged)
     return columns[0], columns[1], is_begin, columns[2]
 
 
-def _merged(tid: np.ndarray, ts: np.ndarray, begins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where rows (their threads and times, by thread, then time) and op begins (records so
-    sorted) go in one sequence so sorted, each begin after the rows of its thread at its time:
-    the begins' positions, and which places are begins. A merge, not a sort of both."""
+def _merged(tid: np.ndarray, ts: np.ndarray, begins: Begins) -> tuple[np.ndarray, np.ndarray]:
+    """Where rows (their threads and times, by thread, then time) and op begins (so sorted) go
+    in one sequence so sorted, each begin after the rows of its thread at its time: the begins'
+    positions, and which places are begins. A merge, not a sort of both."""
     at = np.empty(len(begins), np.int64)
-    threads = sorted_unique(begins["tid"])
+    threads = sorted_unique(begins.tid)
     lo, hi = (np.searchsorted(tid, threads, side) for side in ("left", "right"))
-    first = np.searchsorted(begins["tid"], threads)
+    first = np.searchsorted(begins.tid, threads)
     last = np.append(first[1:], len(begins))
     for t in range(len(threads)):
         at[first[t]:last[t]] = lo[t] + np.searchsorted(ts[lo[t]:hi[t]],
-                                                       begins["ts"][first[t]:last[t]], "right")
+                                                       begins.ts[first[t]:last[t]], "right")
     at += np.arange(len(begins))
     is_begin = np.zeros(len(tid) + len(begins), bool)
     is_begin[at] = True

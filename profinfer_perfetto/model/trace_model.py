@@ -42,6 +42,7 @@ from profinfer_perfetto.model.lookup import Latest, by_tensor, in_graph, last_de
 from profinfer_perfetto.model.names import PHASES
 from profinfer_perfetto.model.one_trap import (
     FUSED_OPS,
+    Begins,
     is_one_trap,
     op_begins,
     with_op_begins,
@@ -561,20 +562,21 @@ def _nodes_and_ops(recording: Recording, events: np.ndarray, graphs: Spans
             return nodes, auto, *_one_trap_ops(events, graph_of, begins, graphs, nodes,
                                                len(run.counters))
         events = with_op_begins(events, begins)  # a BLAS or Vulkan split's ops too
-    nodes, auto = _nodes(events, recording.nodes, graphs, descriptors)
+    nodes, auto = _nodes(Begins.of_events(events), recording.nodes, graphs, descriptors)
     return nodes, auto, *_ops(events, graphs, nodes, len(run.counters))
 
 
-def _nodes(events: np.ndarray, descriptors: np.ndarray, graphs: Spans, index: Latest
+def _nodes(begins: Begins, descriptors: np.ndarray, graphs: Spans, index: Latest
            ) -> tuple[Nodes, np.ndarray]:
-    """A graph's nodes, in the order its calling thread (ith 0) ran them, each with the last
-    descriptor sent for its tensor (the probes describe a tensor again only when it changed;
-    `index`: by_tensor of the descriptors); and which of them ggml named itself."""
-    executed = take(events, (events["kind"] == Kind.OP_BEGIN) & (events["ith"] == 0))
-    executed = take(executed, np.argsort(executed["ts"], kind="stable"))
-    second = executed["arg1"] != 0
-    ptrs = np.stack([executed["arg0"], np.where(second, executed["arg1"], 0)], 1).reshape(-1)
-    at = np.repeat(executed["ts"], 2)
+    """A graph's nodes, in the order its calling thread (ith 0) ran them (its traced op
+    begins'), each with the last descriptor sent for its tensor (the probes describe a tensor
+    again only when it changed; `index`: by_tensor of the descriptors); and which of them ggml
+    named itself."""
+    executed = begins.where(begins.traced & (begins.ith == 0))
+    executed = executed.where(np.argsort(executed.ts, kind="stable"))
+    second = executed.arg1 != 0
+    ptrs = np.stack([executed.arg0, np.where(second, executed.arg1, 0)], 1).reshape(-1)
+    at = np.repeat(executed.ts, 2)
     keep = ptrs != 0
     ptrs, at = ptrs[keep], at[keep]
     described = last_descriptor(index, ptrs, at)
@@ -615,18 +617,19 @@ def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tupl
     has_barrier = last_barrier >= 0
     after = take(work, np.where(has_barrier, last_barrier, begin_rows))
     delta = _counter_deltas(b, after, has_barrier, counters)
-    ops, undescribed = _described_ops(b, g, end, work_end, delta, nodes)
+    ops, undescribed = _described_ops(Begins.of_events(b), g, end, work_end, delta, nodes)
     return ops, dropped + undescribed
 
 
-def _one_trap_ops(events: np.ndarray, graph_of: np.ndarray, begins: np.ndarray, graphs: Spans,
+def _one_trap_ops(events: np.ndarray, graph_of: np.ndarray, begins: Begins, graphs: Spans,
                   nodes: Nodes, counters: int) -> tuple[Ops, int]:
     """The ops of a one-trap recording, as _ops gives them for its `events` (`graph_of`: each
     one's graph) with its op begins (one_trap.op_begins) among them, without copying its
     records: the begins paired with the barriers by columns; the begins read no counters."""
-    begin_graph = graphs.containing(begins["ts"])
+    begin_graph = graphs.containing(begins.ts)
     inside = begin_graph >= 0
-    begins, begin_graph = take(begins, inside), begin_graph[inside]
+    if not inside.all():
+        begins, begin_graph = begins.where(inside), begin_graph[inside]
     barriers = np.flatnonzero((events["kind"] == Kind.BARRIER) & (graph_of >= 0))
     _, _, end, work_end = _op_spans(*work_rows(events["tid"][barriers], events["ts"][barriers],
                                                graph_of[barriers], begins, begin_graph),
@@ -636,28 +639,26 @@ def _one_trap_ops(events: np.ndarray, graph_of: np.ndarray, begins: np.ndarray, 
     return ops, int(np.count_nonzero(~inside)) + undescribed
 
 
-def _described_ops(b: np.ndarray, g: np.ndarray, end: np.ndarray, work_end: np.ndarray,
+def _described_ops(b: Begins, g: np.ndarray, end: np.ndarray, work_end: np.ndarray,
                    delta: np.ndarray, nodes: Nodes) -> tuple[Ops, int]:
     """The ops of op begins `b` (in graphs `g`; their ends, ends of work and counter deltas)
     whose nodes were described, and how many traced op begins were of nodes not described."""
-    both = _node_lookup(nodes, np.concatenate([g, g]),
-                        np.concatenate([b["arg0"], b["arg1"]]))
-    node, fused = both[:len(b)], np.where(b["arg1"] != 0, both[len(b):], -1)
-    traced = b["kind"] == Kind.OP_BEGIN
-    known = (node >= 0) & traced
+    both = _node_lookup(nodes, np.concatenate([g, g]), np.concatenate([b.arg0, b.arg1]))
+    node, fused = both[:len(b)], np.where(b.arg1 != 0, both[len(b):], -1)
+    known = (node >= 0) & b.traced
     ops = Ops(
-        tid=b["tid"][known],
-        cpu=b["cpu"][known],
+        tid=b.tid[known],
+        cpu=b.cpu[known],
         graph=g[known],
         node=node[known],
         fused=fused[known],
-        ith=b["ith"][known],
-        begin=b["ts"][known],
+        ith=b.ith[known],
+        begin=b.ts[known],
         work_end=work_end[known],
         end=end[known],
         counter_delta=delta[known],
     )
-    return ops, int(np.count_nonzero(~known & traced))
+    return ops, int(np.count_nonzero(~known & b.traced))
 
 
 def _op_spans(tid: np.ndarray, ts: np.ndarray, is_begin: np.ndarray, work_graph: np.ndarray,

@@ -13,6 +13,7 @@ from profinfer_perfetto.capture.events import Backend, Kind, event_dtype
 from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.model.agreement import agreement
 from profinfer_perfetto.model.one_trap import (
+    Derived,
     as_one_trap,
     is_one_trap,
     with_op_begins,
@@ -136,17 +137,23 @@ def test_begins_merge_among_barriers_as_a_sort_would(seed: int) -> None:
     merge, of columns (work_rows) or of records (with_op_begins), is the stable sort of both by
     thread, then time, each begin after the barriers."""
     rng = np.random.default_rng(seed)
-    parts = []
-    for count in rng.integers(0, 60, 2):
-        part = np.zeros(count, event_dtype(1))
-        part["tid"], part["ts"] = rng.integers(1, 4, count), rng.integers(0, 20, count)
-        part["arg0"] = rng.integers(0, 2**63, count)
-        parts.append(part[np.lexsort((part["ts"], part["tid"]))])
-    barriers, begins = parts
-    graph, begin_graph = rng.integers(-1, 3, len(barriers)), rng.integers(0, 3, len(begins))
+    count, m = (int(c) for c in rng.integers(1, 60, 2))
+    barriers = np.zeros(count, event_dtype(1))
+    barriers["tid"], barriers["ts"] = rng.integers(1, 4, count), rng.integers(0, 20, count)
+    barriers["arg0"] = rng.integers(0, 2**63, count)
+    barriers = barriers[np.lexsort((barriers["ts"], barriers["tid"]))]
+    row = rng.integers(0, count, m)  # each begin at an arrival: its thread's
+    ts = rng.integers(0, 20, m).astype(np.uint64)
+    by_thread = np.lexsort((ts, barriers["tid"][row]))
+    row, ts = row[by_thread], ts[by_thread]
+    begins = Derived(tid=barriers["tid"][row], ts=ts, cpu=barriers["cpu"][row],
+                     arg0=rng.integers(1, 2**63, m).astype(np.uint64),
+                     arg1=np.zeros(m, np.uint64), ith=np.zeros(m, np.uint8),
+                     traced=np.ones(m, bool), row=row, nth=np.ones(m, np.int64))
+    graph, begin_graph = rng.integers(-1, 3, count), rng.integers(0, 3, m)
     merged = work_rows(barriers["tid"], barriers["ts"], graph, begins, begin_graph)
-    both = np.concatenate([barriers, begins])
-    is_begin = np.arange(len(both)) >= len(barriers)
+    both = np.concatenate([barriers, begins.records(barriers)])
+    is_begin = np.arange(len(both)) >= count
     order = np.lexsort((is_begin, both["ts"], both["tid"]))
     expected = (both["tid"][order], both["ts"][order], is_begin[order],
                 np.concatenate([graph, begin_graph])[order])
