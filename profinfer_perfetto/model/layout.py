@@ -300,12 +300,17 @@ class _Rows:
         return first, last
 
     def ordered(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """The columns in writing order, and each row id's position in it."""
-        cols = {f: self._column(f) for f in self._FIELDS}
-        order = _writing_order(cols["ts"], cols["type"] != EventType.SLICE_END, cols["key"])
+        """The columns in writing order (but the sort's `key`), and each row id's position in
+        it."""
+        ts, kind, key = (self._column(f) for f in ("ts", "type", "key"))
+        order = _writing_order(ts, kind != EventType.SLICE_END, key)
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
-        return {f: c[order] for f, c in cols.items()}, rank
+        cols = {"ts": ts[order], "type": kind[order]}
+        for f, dtype in (("track", np.int64), ("name", np.int64), ("args", np.int64),
+                         ("desc", np.int64), ("value", np.float64)):
+            cols[f] = self._placed(f, rank, dtype)
+        return cols, rank
 
     def _column(self, field: str) -> np.ndarray:
         """A field's values of all rows, in the order they were added."""
@@ -314,6 +319,16 @@ class _Rows:
             return np.empty(0)
         return np.concatenate([part if part.ndim else part.repeat(n)
                                for part, n in zip(parts, self._sizes, strict=True)])
+
+    def _placed(self, field: str, rank: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+        """A field's values of all rows, each put at its row's place in writing order (`rank`):
+        no column in the order they were added first."""
+        column = np.empty(self.count, dtype)
+        start = 0
+        for part, n in zip(self._parts[field], self._sizes, strict=True):
+            column[rank[start:start + n]] = part
+            start += n
+        return column
 
 
 def _writing_order(ts: np.ndarray, not_end: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -423,11 +438,11 @@ class _LayoutBuilder:
             generation=self.tables.generation,
             ts=cols["ts"],
             type=cols["type"].astype(np.int8, copy=False),
-            track=cols["track"].astype(np.int64, copy=False),
-            name=cols["name"].astype(np.int64, copy=False),
-            args=cols["args"].astype(np.int64, copy=False),
-            desc=cols["desc"].astype(np.int64, copy=False),
-            value=cols["value"].astype(np.float64, copy=False),
+            track=cols["track"],
+            name=cols["name"],
+            args=cols["args"],
+            desc=cols["desc"],
+            value=cols["value"],
             flows=self.dag_flows(op_begin, rank, cols["ts"]),
             counter_track=counter_track,
             counter_value=counter_value,
@@ -705,7 +720,7 @@ class _LayoutBuilder:
         out, into = begin_of_node[model.edges[:, 0]], begin_of_node[model.edges[:, 1]]
         shown = (out >= 0) & (into >= 0)
         out, into = out[shown], into[shown]
-        order = np.lexsort((into, out))
+        order = np.argsort(out * self.rows.count + into, kind="stable")  # lexsort((into, out))
         ids = np.empty(len(order), np.int64)
         ids[order] = flow_ids(ts[out[order]], ts[into[order]],
                               model.nodes.graph[model.edges[shown, 0][order]])
