@@ -585,7 +585,7 @@ def _nodes(begins: Begins, descriptors: np.ndarray, graphs: Spans, index: Latest
     desc, node_graph = described[ok], node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     # Each descriptor's name decoded once: a graph's nodes are described alike at every step.
-    used, of_node = np.unique(desc, return_inverse=True)
+    used, of_node = _dense(desc, len(descriptors))
     named = [_named(n) for n in descriptors["name"][used].tolist()]
     names, layers, automatic = zip(*named, strict=True) if named else ((), (), ())
     nodes = Nodes(
@@ -598,6 +598,15 @@ def _nodes(begins: Begins, descriptors: np.ndarray, graphs: Spans, index: Latest
         layer=np.array(layers, np.int64)[of_node],
     )
     return nodes, np.array(automatic, bool)[of_node]
+
+
+def _dense(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of values in [0, bound), by a table of the
+    bound's size, not a sort."""
+    present = np.zeros(bound, bool)
+    present[values] = True
+    number = np.cumsum(present) - 1
+    return np.flatnonzero(present), number[values]
 
 
 def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tuple[Ops, int]:
@@ -643,8 +652,10 @@ def _described_ops(b: Begins, g: np.ndarray, end: np.ndarray, work_end: np.ndarr
                    delta: np.ndarray, nodes: Nodes) -> tuple[Ops, int]:
     """The ops of op begins `b` (in graphs `g`; their ends, ends of work and counter deltas)
     whose nodes were described, and how many traced op begins were of nodes not described."""
-    both = _node_lookup(nodes, np.concatenate([g, g]), np.concatenate([b.arg0, b.arg1]))
-    node, fused = both[:len(b)], np.where(b.arg1 != 0, both[len(b):], -1)
+    node = _node_lookup(nodes, g, b.arg0)
+    pairs = np.flatnonzero(b.arg1 != 0)
+    fused = np.full(len(b), -1, np.int64)
+    fused[pairs] = _node_lookup(nodes, g[pairs], b.arg1[pairs])
     known = (node >= 0) & b.traced
     ops = Ops(
         tid=b.tid[known],
