@@ -13,7 +13,7 @@ from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_passes.so")
 """Where the install builds passes.c."""
-ABI = 7
+ABI = 8
 """passes.c's passes_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
@@ -52,6 +52,9 @@ class Passes:
         self._op_spans = library.op_spans
         self._op_spans.argtypes = [_INT64, *[_POINTER] * 9]
         self._op_spans.restype = _INT64
+        self._merged_spans = library.merged_spans
+        self._merged_spans.argtypes = [_INT64, *[_POINTER] * 3, _INT64, *[_POINTER] * 6]
+        self._merged_spans.restype = None
         self._arrivals = library.arrivals
         self._arrivals.argtypes = [_INT64, *[_POINTER] * 4]
         self._arrivals.restype = _INT64
@@ -110,6 +113,24 @@ class Passes:
         self._op_spans(len(tid), *(c.ctypes.data for c in columns),
                        *(o.ctypes.data for o in (row, last_barrier, end, work_end)))
         return row, last_barrier, end, work_end
+
+    def merged_spans(self, tid: np.ndarray, ts: np.ndarray, graph: np.ndarray,
+                     begin_tid: np.ndarray, begin_ts: np.ndarray, begin_graph: np.ndarray,
+                     graph_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The end and end of work of op begins (by thread, then time, each in its graph)
+        among barriers (so sorted), as op_spans gives them for the two merged
+        (one_trap.work_rows)."""
+        columns = _columns((tid, np.uint32), (ts, np.uint64), (graph, np.int64),
+                           (begin_tid, np.uint32), (begin_ts, np.uint64),
+                           (begin_graph, np.int64), (graph_end, np.uint64))
+        if len(begin_graph) and not 0 <= int(columns[5].min()) <= int(columns[5].max()) < len(
+                graph_end):
+            raise IndexError("passes.c: merged_spans: a begin's graph is out of range")
+        end, work_end = np.empty(len(begin_ts), np.uint64), np.empty(len(begin_ts), np.uint64)
+        self._merged_spans(len(tid), *(c.ctypes.data for c in columns[:3]), len(begin_ts),
+                           *(c.ctypes.data for c in columns[3:]), end.ctypes.data,
+                           work_end.ctypes.data)
+        return end, work_end
 
     def arrivals(self, graph: np.ndarray, tid: np.ndarray, ptr: np.ndarray) -> np.ndarray:
         """Of barriers (by thread, then time, each in its graph, naming a node `ptr`), the rows

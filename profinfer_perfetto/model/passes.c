@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t passes_abi(void) { return 7; }
+int64_t passes_abi(void) { return 8; }
 
 /* Where a record's fields lie: NODE records (capture/events.py) back to back. */
 struct node_fields {
@@ -135,6 +135,39 @@ int64_t op_spans(int64_t n, const uint32_t *tid, const uint64_t *ts, const uint8
         work_end[k] = w < e ? w : e;
     }
     return ops;
+}
+
+/* op_spans' ends of nk op begins (by thread, then time; `k_graph`: each one's graph) among nb
+   barriers (so sorted, in `b_graph`), the two merged as one_trap.work_rows merges them (each
+   begin after the barriers of its thread at its time), without the merged rows: end[k] and
+   work_end[k]. */
+void merged_spans(int64_t nb, const uint32_t *b_tid, const uint64_t *b_ts,
+                  const int64_t *b_graph, int64_t nk, const uint32_t *k_tid,
+                  const uint64_t *k_ts, const int64_t *k_graph, const uint64_t *graph_end,
+                  uint64_t *end, uint64_t *work_end) {
+    int64_t i = 0;
+    for (int64_t k = 0; k <= nk; k++) {
+        /* The barriers before begin k (all that are left after the last): begin k-1's where
+           its thread's and graph's; work_end holds its last one's time, end whether any. */
+        while (i < nb && (k == nk || b_tid[i] < k_tid[k]
+                          || (b_tid[i] == k_tid[k] && b_ts[i] <= k_ts[k]))) {
+            if (k > 0 && b_tid[i] == k_tid[k - 1] && b_graph[i] == k_graph[k - 1]) {
+                work_end[k - 1] = b_ts[i];
+                end[k - 1] = 1;
+            }
+            i++;
+        }
+        if (k < nk) end[k] = 0;
+    }
+    for (int64_t k = 0; k < nk; k++) {
+        uint64_t limit = graph_end[k_graph[k]], e = limit;
+        if (k + 1 < nk && k_tid[k + 1] == k_tid[k] && k_graph[k + 1] == k_graph[k]
+            && k_ts[k + 1] < limit)
+            e = k_ts[k + 1];
+        uint64_t w = end[k] ? work_end[k] : e;
+        end[k] = e;
+        work_end[k] = w < e ? w : e;
+    }
 }
 
 /* One trap per op (model/one_trap.py): each thread's arrivals at each node's barrier, the

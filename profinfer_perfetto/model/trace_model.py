@@ -640,12 +640,24 @@ def _one_trap_ops(events: np.ndarray, graph_of: np.ndarray, begins: Begins, grap
     if not inside.all():
         begins, begin_graph = begins.where(inside), begin_graph[inside]
     barriers = np.flatnonzero((events["kind"] == Kind.BARRIER) & (graph_of >= 0))
-    _, _, end, work_end = _op_spans(*work_rows(events["tid"][barriers], events["ts"][barriers],
-                                               graph_of[barriers], begins, begin_graph),
-                                    graphs.end)
+    end, work_end = _begin_spans(events["tid"][barriers], events["ts"][barriers],
+                                 graph_of[barriers], begins, begin_graph, graphs.end)
     delta = np.full((len(begins), counters), -1, np.int64)
     ops, undescribed = _described_ops(begins, begin_graph, end, work_end, delta, nodes)
     return ops, int(np.count_nonzero(~inside)) + undescribed
+
+
+def _begin_spans(tid: np.ndarray, ts: np.ndarray, graph: np.ndarray, begins: Begins,
+                 begin_graph: np.ndarray, graph_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The end and end of work of op begins (in `begin_graph`) among barriers (their threads,
+    times and graphs; both by thread, then time), as _op_spans gives them for the two merged
+    (work_rows). By passes.c in one pass where the install built it (model/native.py), else
+    by numpy: the same."""
+    if native.PASSES is not None:
+        return native.PASSES.merged_spans(tid, ts, graph, begins.tid, begins.ts, begin_graph,
+                                          graph_end)
+    _, _, end, work_end = _op_spans(*work_rows(tid, ts, graph, begins, begin_graph), graph_end)
+    return end, work_end
 
 
 def _described_ops(b: Begins, g: np.ndarray, end: np.ndarray, work_end: np.ndarray,

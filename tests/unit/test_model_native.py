@@ -11,7 +11,7 @@ import pytest
 
 from profinfer_perfetto.capture.events import NODE, Kind, event_dtype
 from profinfer_perfetto.model import native, one_trap, trace_model
-from profinfer_perfetto.model.one_trap import as_one_trap
+from profinfer_perfetto.model.one_trap import Begins, as_one_trap
 from profinfer_perfetto.model.trace_model import Nodes, build
 from tests import synthetic
 
@@ -96,6 +96,37 @@ def test_both_find_the_same_op_spans(passes: native.Passes, seed: int) -> None:
     compiled = passes.op_spans(work["tid"], work["ts"], is_begin, graph, graph_end)
     for a, b in zip(compiled, by_numpy, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_pair_begins_with_barriers_alike(passes: native.Passes, seed: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Op begins among barriers of a few threads and graphs, ties in time among both and
+    between them (each begin after the barriers): merged in one pass as by work_rows, then
+    op_spans (graphs that end before a thread's next op, barriers of another graph)."""
+    rng = np.random.default_rng(seed)
+    barriers, graph = _barriers(rng, int(rng.integers(0, 300)))
+    m = int(rng.integers(0, 100))
+    tid, ts = rng.integers(1, 5, m).astype(np.uint32), rng.integers(0, 200, m).astype(np.uint64)
+    if len(barriers):  # half of them at a barrier's thread and time
+        tie = rng.integers(0, len(barriers), m)
+        at = rng.random(m) < 0.5
+        tid[at], ts[at] = barriers["tid"][tie[at]], barriers["ts"][tie[at]]
+    order = np.lexsort((ts, tid))
+    begins = Begins(tid[order], ts[order], np.zeros(m, np.uint16), np.ones(m, np.uint64),
+                    np.zeros(m, np.uint64), np.zeros(m, np.uint8), np.ones(m, bool))
+    begin_graph = rng.integers(0, 4, m)
+    graph_end = rng.integers(0, 250, 4).astype(np.uint64)
+    results = []
+    for compiled in (passes, None):
+        monkeypatch.setattr(native, "PASSES", compiled)
+        results.append(trace_model._begin_spans(barriers["tid"], barriers["ts"], graph, begins,
+                                                begin_graph, graph_end))
+    for a, b in zip(*results, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    with pytest.raises(IndexError):
+        passes.merged_spans(barriers["tid"], barriers["ts"], graph, np.ones(1, np.uint32),
+                            np.ones(1, np.uint64), np.array([4]), graph_end)
 
 
 def test_both_give_the_same_model(passes: native.Passes, monkeypatch: pytest.MonkeyPatch
