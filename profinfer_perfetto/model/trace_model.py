@@ -110,13 +110,6 @@ class Nodes:
         found: np.void = self.descriptors[self.desc[node]]
         return found
 
-    @property
-    def described_at(self) -> np.ndarray:
-        """When each node's descriptor was sent: with its tensor's address, the descriptor's
-        identity, the same in every chunk of a run that uses it."""
-        at: np.ndarray = self.descriptors["ts"][self.desc]
-        return at
-
 
 @dataclass
 class Ops:
