@@ -137,7 +137,7 @@ def test_begins_merge_among_barriers_as_a_sort_would(seed: int) -> None:
     merge, of columns (work_rows) or of records (with_op_begins), is the stable sort of both by
     thread, then time, each begin after the barriers."""
     rng = np.random.default_rng(seed)
-    count, m = (int(c) for c in rng.integers(1, 60, 2))
+    count, m = int(rng.integers(1, 60)), int(rng.integers(0, 60))
     barriers = np.zeros(count, event_dtype(1))
     barriers["tid"], barriers["ts"] = rng.integers(1, 4, count), rng.integers(0, 20, count)
     barriers["arg0"] = rng.integers(0, 2**63, count)
