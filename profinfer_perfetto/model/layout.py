@@ -54,7 +54,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.records import sorted_unique, threads_of
+from profinfer_perfetto.model.records import dense_unique, sorted_unique, threads_of
 from profinfer_perfetto.model.trace_model import (
     Ops,
     Routing,
@@ -506,11 +506,8 @@ class _LayoutBuilder:
                                      + tuple(_routing_args(model.routing[n])))
                         for n, i in zip(routed_nodes.tolist(), first.tolist(), strict=True)]
         args[routed] = np.array(with_routing, np.int64)[of_routed.reshape(-1)]
-        index = nodes.index[ops.node]
-        shares = np.zeros(int(index.max(initial=0)) + 1, np.int64)
-        used = np.flatnonzero(np.bincount(index))
-        shares[used] = [self.arg_set(((NODE_ARG, i),)) for i in used.tolist()]
-        arg = shares[index]
+        index, at = dense_unique(nodes.index[ops.node], len(nodes))
+        arg = np.array([self.arg_set(((NODE_ARG, i),)) for i in index.tolist()], np.int64)[at]
         desc = np.where(_described(ops), args, -1)
         if model.sched is not None:
             arg = self._with_cpu(arg, ops.cpu)

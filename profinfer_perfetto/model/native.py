@@ -37,6 +37,13 @@ def _node_fields(dtype: np.dtype) -> _NodeFields:
                        source.fields["view_src"][1])
 
 
+def _within(index: np.ndarray, count: int, what: str) -> None:
+    """Refuse an index a pass would read past `count` rows with (IndexError: `what` is out of
+    range)."""
+    if len(index) and not 0 <= int(index.min()) <= int(index.max()) < count:
+        raise IndexError(f"{what} is out of range")
+
+
 class Passes:
     """passes.c's functions, loaded from a built library."""
 
@@ -76,8 +83,7 @@ class Passes:
         reads (-1: none)."""
         records = np.ascontiguousarray(records)
         desc = np.ascontiguousarray(desc, np.int64)
-        if len(desc) and not 0 <= int(desc.min()) <= int(desc.max()) < len(records):
-            raise IndexError("passes.c: last_writers: a node's descriptor is out of range")
+        _within(desc, len(records), "passes.c: last_writers: a node's descriptor")
         fields = _node_fields(records.dtype)
         out = [np.empty(len(desc) * fields.slots, np.int64) for _ in range(3)]
         found = self._last_writers(records.ctypes.data, desc.ctypes.data, len(desc),
@@ -123,9 +129,7 @@ class Passes:
         columns = _columns((tid, np.uint32), (ts, np.uint64), (graph, np.int64),
                            (begin_tid, np.uint32), (begin_ts, np.uint64),
                            (begin_graph, np.int64), (graph_end, np.uint64))
-        if len(begin_graph) and not 0 <= int(columns[5].min()) <= int(columns[5].max()) < len(
-                graph_end):
-            raise IndexError("passes.c: merged_spans: a begin's graph is out of range")
+        _within(columns[5], len(graph_end), "passes.c: merged_spans: a begin's graph")
         end, work_end = np.empty(len(begin_ts), np.uint64), np.empty(len(begin_ts), np.uint64)
         self._merged_spans(len(tid), *(c.ctypes.data for c in columns[:3]), len(begin_ts),
                            *(c.ctypes.data for c in columns[3:]), end.ctypes.data,

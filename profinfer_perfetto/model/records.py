@@ -52,3 +52,12 @@ def threads_of(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     as long on 25 k ops of 2 threads (2026-12-02: 1.9 ms against 0.28)."""
     threads = sorted_unique(tids)
     return threads, np.searchsorted(threads, tids)
+
+
+def dense_unique(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of values in [0, bound) (row numbers, positions),
+    by a table of the bound's size, not a sort."""
+    present = np.zeros(bound, bool)
+    present[values] = True
+    number = np.cumsum(present) - 1
+    return np.flatnonzero(present), number[values]

@@ -48,7 +48,7 @@ from profinfer_perfetto.model.one_trap import (
     with_op_begins,
     work_rows,
 )
-from profinfer_perfetto.model.records import sorted_unique, take, threads_of
+from profinfer_perfetto.model.records import dense_unique, sorted_unique, take, threads_of
 from profinfer_perfetto.model.work import auto_named
 
 _INVALID_COUNTER = np.uint64(COUNTER_UNREAD)
@@ -578,7 +578,7 @@ def _nodes(begins: Begins, descriptors: np.ndarray, graphs: Spans, index: Latest
     desc, node_graph = described[ok], node_graph[ok]
     first_of_graph = np.searchsorted(node_graph, node_graph, side="left")
     # Each descriptor's name decoded once: a graph's nodes are described alike at every step.
-    used, of_node = _dense(desc, len(descriptors))
+    used, of_node = dense_unique(desc, len(descriptors))
     named = [_named(n) for n in descriptors["name"][used].tolist()]
     names, layers, automatic = zip(*named, strict=True) if named else ((), (), ())
     nodes = Nodes(
@@ -591,15 +591,6 @@ def _nodes(begins: Begins, descriptors: np.ndarray, graphs: Spans, index: Latest
         layer=np.array(layers, np.int64)[of_node],
     )
     return nodes, np.array(automatic, bool)[of_node]
-
-
-def _dense(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(values, return_inverse=True) of values in [0, bound), by a table of the
-    bound's size, not a sort."""
-    present = np.zeros(bound, bool)
-    present[values] = True
-    number = np.cumsum(present) - 1
-    return np.flatnonzero(present), number[values]
 
 
 def _ops(events: np.ndarray, graphs: Spans, nodes: Nodes, counters: int) -> tuple[Ops, int]:
