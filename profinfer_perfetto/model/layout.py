@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from profinfer_perfetto import __version__
 from profinfer_perfetto.capture.run import Scheduling
+from profinfer_perfetto.model import native
 from profinfer_perfetto.model.aggregate import op_type_series
 from profinfer_perfetto.model.backends import VULKAN_NAME, backend_name
 from profinfer_perfetto.model.names import (
@@ -798,7 +799,11 @@ def flow_ids(begin: np.ndarray, end: np.ndarray, graph: np.ndarray) -> np.ndarra
     step and an op's flow fields are the same bytes from step to step, which deflate then
     finds with the rest of the op's event (2.0 of 11.6 B per event on medium-llama where they
     went on counting from graph to graph); where a flow of one graph is still open as the next
-    one's start (an edge between the splits of a step), they count on from graph to graph."""
+    one's start (an edge between the splits of a step), they count on from graph to graph. By
+    passes.c in one pass where the install built it (model/native.py), else by numpy: the
+    same."""
+    if native.PASSES is not None:
+        return native.PASSES.flow_ids(begin, end, graph)
     cycle = int((np.searchsorted(begin, end, side="right") - np.arange(len(begin))).max(
         initial=1))
     by_graph = np.argsort(graph, kind="stable")

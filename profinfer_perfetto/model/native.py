@@ -13,7 +13,7 @@ from profinfer_perfetto import compiled
 
 LIBRARY = Path(__file__).with_name("_passes.so")
 """Where the install builds passes.c."""
-ABI = 8
+ABI = 9
 """passes.c's passes_abi(): the functions and arguments this module calls."""
 
 _INT64 = ctypes.c_int64
@@ -75,6 +75,9 @@ class Passes:
         self._entries.argtypes = [_INT64, _POINTER, _POINTER, _POINTER, _INT64, _POINTER,
                                   _POINTER, _POINTER]
         self._entries.restype = _INT64
+        self._flow_ids = library.flow_ids
+        self._flow_ids.argtypes = [_INT64, *[_POINTER] * 3, _INT64, _POINTER]
+        self._flow_ids.restype = _INT64
 
     def last_writers(self, records: np.ndarray, desc: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -184,6 +187,19 @@ class Passes:
                          qg.ctypes.data, qt.ctypes.data, found.ctypes.data) < 0:
             raise MemoryError("passes.c: entries")
         return found
+
+    def flow_ids(self, begin: np.ndarray, end: np.ndarray, graph: np.ndarray) -> np.ndarray:
+        """Ids for flows in start order (`begin` sorted; each open up to and at its `end`,
+        started in `graph`) such that two flows open at once never share one
+        (layout.flow_ids)."""
+        b, e, g = _columns((begin, np.int64), (end, np.int64), (graph, np.int64))
+        graphs = int(g.max(initial=-1)) + 1
+        _within(g, graphs, "passes.c: flow_ids: a flow's graph")
+        ids = np.empty(len(b), np.int64)
+        if self._flow_ids(len(b), b.ctypes.data, e.ctypes.data, g.ctypes.data, graphs,
+                          ids.ctypes.data) < 0:
+            raise MemoryError("passes.c: flow_ids")
+        return ids
 
 
 def _columns(*arrays: tuple[np.ndarray, type]) -> list[np.ndarray]:

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t passes_abi(void) { return 8; }
+int64_t passes_abi(void) { return 9; }
 
 /* Where a record's fields lie: NODE records (capture/events.py) back to back. */
 struct node_fields {
@@ -319,4 +319,45 @@ int64_t entries(int64_t n, const int64_t *graph, const uint32_t *tid, const uint
     }
     free(slots);
     return 0;
+}
+
+/* Ids for n flows in start order (`begin` sorted; each open up to and at its `end`, started
+   in graph `graph`, 0 <= graph < graphs), as layout.flow_ids gives them: a flow's number in
+   its graph modulo the most flows that start while any one is open (from it on, up to its
+   end), plus 1; or its number in all modulo that, plus 1, where a flow would start while
+   another of its id is open: in `ids`. Returns 0, or -1 where memory ran out. */
+int64_t flow_ids(int64_t n, const int64_t *begin, const int64_t *end, const int64_t *graph,
+                 int64_t graphs, int64_t *ids) {
+    int64_t cycle = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (begin[i] > end[i]) continue;  /* none from it on: below the least cycle */
+        int64_t lo = i, step = 1;  /* begin[lo] <= end[i]: gallop, then bisect */
+        while (lo + step < n && begin[lo + step] <= end[i]) {
+            lo += step;
+            step <<= 1;
+        }
+        int64_t hi = lo + step < n ? lo + step : n;
+        while (hi - lo > 1) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (begin[mid] <= end[i]) lo = mid; else hi = mid;
+        }
+        if (hi - i > cycle) cycle = hi - i;
+    }
+    int64_t *counts = calloc(graphs + 1, sizeof *counts);
+    int64_t *open_until = malloc((cycle + 1) * sizeof *open_until);
+    uint8_t *opened = calloc(cycle + 1, 1);
+    int64_t ok = counts != NULL && open_until != NULL && opened != NULL ? 0 : -1;
+    int shared = 0;
+    for (int64_t i = 0; ok == 0 && i < n; i++) {
+        int64_t id = counts[graph[i]]++ % cycle + 1;
+        shared |= opened[id] && begin[i] <= open_until[id];
+        open_until[id] = opened[id] && open_until[id] > end[i] ? open_until[id] : end[i];
+        opened[id] = 1;
+        ids[i] = id;
+    }
+    for (int64_t i = 0; ok == 0 && shared && i < n; i++) ids[i] = i % cycle + 1;
+    free(counts);
+    free(open_until);
+    free(opened);
+    return ok;
 }

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from profinfer_perfetto.capture.events import NODE, Kind, event_dtype
-from profinfer_perfetto.model import native, one_trap, trace_model
+from profinfer_perfetto.model import layout, native, one_trap, trace_model
 from profinfer_perfetto.model.one_trap import Begins, as_one_trap
 from profinfer_perfetto.model.trace_model import Nodes, build
 from tests import synthetic
@@ -189,6 +189,27 @@ def test_both_derive_the_same_one_trap_arrivals(passes: native.Passes, seed: int
                         one_trap._entered(loops, loop_g, arrival["tid"], arrival_g)])
     for a, b in zip(*results, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_number_the_same_flows(passes: native.Passes, seed: int,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flows in start order over a few graphs: mostly short, some open across the next graph's
+    start (its numbering then shares an id while open: ids count on over the graphs), ties in
+    time, a flow that ends before it starts."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    begin = np.sort(rng.integers(0, 150, n))
+    end = begin + np.where(rng.random(n) < 0.05, rng.integers(0, 80, n), rng.integers(0, 3, n))
+    end[rng.random(n) < 0.02] -= 10
+    graph = np.searchsorted(np.sort(rng.integers(0, 150, 3)), begin)
+    results = []
+    for compiled in (passes, None):
+        monkeypatch.setattr(native, "PASSES", compiled)
+        results.append(layout.flow_ids(begin, end, graph))
+    assert results[0].dtype == results[1].dtype and np.array_equal(results[0], results[1])
+    with pytest.raises(IndexError):
+        passes.flow_ids(np.zeros(1, np.int64), np.zeros(1, np.int64), np.array([-1]))
 
 
 def test_a_descriptor_out_of_range_is_refused(passes: native.Passes) -> None:
