@@ -53,6 +53,7 @@ from profinfer_perfetto.encode.sched import sched_packets
 from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes, varints
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
 from profinfer_perfetto.model.names import DESC_ARG, counter_arg
+from profinfer_perfetto.model.records import dense_unique
 
 DESCRIPTOR_SEQUENCE = 1
 GLOBAL_SEQUENCE = 2
@@ -340,7 +341,9 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
     start, length = np.zeros(len(layout), np.int64), np.zeros(len(layout), np.int64)
     if not len(rows):
         return np.zeros(0, np.uint8), start, length
-    used, first, which = np.unique(layout.desc[rows], return_index=True, return_inverse=True)
+    used, which = dense_unique(layout.desc[rows], len(layout.arg_sets))
+    first = np.empty(len(used), np.int64)
+    first[which[::-1]] = np.arange(len(which))[::-1]  # each one's first row: the earliest wins
     number = written.descs = np.append(
         written.descs, np.zeros(len(layout.arg_sets) - len(written.descs), np.int64))
     is_new = number[used] == 0
@@ -359,7 +362,7 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
     p.add(source, blob_start[new], blob_size[new], full)
     data, end = p.render()
     size = np.diff(end, prepend=0)
-    start[rows], length[rows] = (end - size)[which.reshape(-1)], size[which.reshape(-1)]
+    start[rows], length[rows] = (end - size)[which], size[which]
     full_rows = rows[first[is_new]]
     start[full_rows], length[full_rows] = (end - size)[full], size[full]
     return data, start, length
