@@ -32,6 +32,7 @@ import io
 import itertools
 import multiprocessing
 import os
+import pickle
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -205,7 +206,7 @@ def _serve(conn: Connection) -> None:
     cannot write ends it, with the reason sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    while (unit := conn.recv()) is not None:
+    while (unit := received_unit(conn)) is not None:
         try:
             conn.send(write_unit(unit, conn))
         except Exception as exc:
@@ -434,9 +435,38 @@ class UnitsWrite:
 
 def _tell(worker: _Worker, what: Unit | Totals) -> None:
     try:
-        worker.conn.send(what)
+        if isinstance(what, Unit):
+            send_unit(worker.conn, what)
+        else:
+            worker.conn.send(what)
     except OSError:
         raise _died(worker) from None
+
+
+def send_unit(conn: Connection, unit: Unit) -> None:
+    """A unit to a worker: its pickle without its arrays, then each array's bytes as they lie
+    (pickle protocol 5's out-of-band buffers). Through a pipe, a pickle of the records
+    themselves cost the parent 0.17-0.19 µs of CPU per event and the worker 0.08-0.11 to read,
+    this 0.03 and 0.05 (2026-12-07, docs/internals.md)."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(unit, protocol=5, buffer_callback=buffers.append)
+    raw = [buffer.raw() for buffer in buffers]
+    conn.send((head, [view.nbytes for view in raw]))
+    for view in raw:
+        conn.send_bytes(view)
+
+
+def received_unit(conn: Connection) -> Unit | None:
+    """The unit send_unit sent (its arrays in buffers of their own, writable), or None: stop."""
+    message = conn.recv()
+    if message is None:
+        return None
+    head, sizes = message
+    buffers = [bytearray(size) for size in sizes]
+    for buffer in buffers:
+        conn.recv_bytes_into(buffer)
+    unit: Unit = pickle.loads(head, buffers=buffers)
+    return unit
 
 
 def _died(worker: _Worker) -> WorkerFailed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ from profinfer_perfetto.capture.run import Recording
 from profinfer_perfetto.encode import units
 from profinfer_perfetto.encode.stream import TraceStream, part_path, write_trace
 from profinfer_perfetto.encode.units import UnitsWritten
+from profinfer_perfetto.model.chunks import Chunker
+from profinfer_perfetto.model.trace_model import Continuation
 from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.metrics import canned
 from profinfer_perfetto.query.session import TraceQuery
@@ -110,3 +113,26 @@ def test_a_worker_that_dies_fails_the_write_whole(
         _write(counting, out, workers=2)
     assert started and not any(w.process.is_alive() for w in started)
     assert not out.exists() and not part_path(out).exists()
+
+
+def test_a_unit_reaches_its_worker_whole_and_writable(counting: Recording) -> None:
+    """Its records out of band (send_unit): the same bytes, arrays the model may write into,
+    empty ones (a run without routes) too."""
+    chunker = Chunker(len(counting.run.counters))
+    chunks = [c for d in synthetic.drains(counting, 40) if (c := chunker.add(d)) is not None]
+    unit = units.Unit(3, chunks, counting.run, Continuation(first_step=5))
+    ours, theirs = multiprocessing.Pipe()
+    sender = threading.Thread(target=units.send_unit, args=(ours, unit))
+    sender.start()  # the pipe holds less than the unit: read it while it is sent
+    got = units.received_unit(theirs)
+    sender.join()
+    assert got is not None and (got.index, got.run, got.cont) == (3, unit.run, unit.cont)
+    assert len(got.chunks) == len(chunks) > 1 and not len(chunks[0].routes)
+    for mine, theirs_chunk in zip(chunks, got.chunks, strict=True):
+        assert theirs_chunk.end_ns == mine.end_ns
+        for name in ("events", "nodes", "routes", "batches", "sched"):
+            sent, came = getattr(mine, name), getattr(theirs_chunk, name)
+            assert came.dtype == sent.dtype and came.tobytes() == sent.tobytes()
+            assert came.flags.writeable
+    ours.send(None)
+    assert units.received_unit(theirs) is None
