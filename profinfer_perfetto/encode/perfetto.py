@@ -53,7 +53,7 @@ from profinfer_perfetto.encode.sched import sched_packets
 from profinfer_perfetto.encode.wire import Pieces, field, tag, varint, varint_sizes, varints
 from profinfer_perfetto.model.layout import ArgValue, EventType, Layout, Track, TrackKind
 from profinfer_perfetto.model.names import DESC_ARG, counter_arg
-from profinfer_perfetto.model.records import dense_unique
+from profinfer_perfetto.model.records import dense_unique, first_rows
 
 DESCRIPTOR_SEQUENCE = 1
 GLOBAL_SEQUENCE = 2
@@ -342,8 +342,7 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
     if not len(rows):
         return np.zeros(0, np.uint8), start, length
     used, which = dense_unique(layout.desc[rows], len(layout.arg_sets))
-    first = np.empty(len(used), np.int64)
-    first[which[::-1]] = np.arange(len(which))[::-1]  # each one's first row: the earliest wins
+    first = first_rows(which, len(used))
     number = written.descs = np.append(
         written.descs, np.zeros(len(layout.arg_sets) - len(written.descs), np.int64))
     is_new = number[used] == 0

@@ -55,7 +55,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.records import dense_unique, sorted_unique, threads_of
+from profinfer_perfetto.model.records import dense_unique, first_rows, sorted_unique, threads_of
 from profinfer_perfetto.model.trace_model import (
     Ops,
     Routing,
@@ -257,9 +257,7 @@ def _equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     data, width = np.ascontiguousarray(rows).tobytes(), rows.shape[1]
     of_row = np.array([index.setdefault(data[at:at + width], len(index))
                        for at in range(0, len(data), width)], np.int64)
-    first = np.zeros(len(index), np.int64)
-    first[of_row[::-1]] = np.arange(len(rows))[::-1]  # the earliest row of each wins
-    return first, of_row
+    return first_rows(of_row, len(index)), of_row
 
 
 class _Rows:

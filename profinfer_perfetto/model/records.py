@@ -61,3 +61,11 @@ def dense_unique(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray
     present[values] = True
     number = np.cumsum(present) - 1
     return np.flatnonzero(present), number[values]
+
+
+def first_rows(which: np.ndarray, count: int) -> np.ndarray:
+    """Of rows each of one of `count` groups (`which`: each row's, every group used), each
+    group's first row (np.minimum.at: numpy promises no order for a repeated index's writes)."""
+    first = np.full(count, len(which), np.int64)
+    np.minimum.at(first, which, np.arange(len(which)))
+    return first

@@ -10,7 +10,7 @@ import pytest
 from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Backend, Kind
 from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.layout import build_layout
-from profinfer_perfetto.model.records import sorted_unique, threads_of
+from profinfer_perfetto.model.records import dense_unique, first_rows, sorted_unique, threads_of
 from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
 from profinfer_perfetto.model.work import op_work
 from tests import synthetic
@@ -162,3 +162,10 @@ def test_the_distinct_values_are_numpy_s(seed: int) -> None:
         threads, which = threads_of(values)
         expected, inverse = np.unique(values, return_inverse=True)
         assert np.array_equal(threads, expected) and np.array_equal(which, inverse)
+        assert np.array_equal(first_rows(inverse, len(expected)),
+                              np.unique(values, return_index=True)[1])
+    rows = rng.integers(0, 50, 400)
+    used, which = dense_unique(rows, 50)
+    expected, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    assert np.array_equal(used, expected) and np.array_equal(which, inverse)
+    assert np.array_equal(first_rows(which, len(used)), first)
