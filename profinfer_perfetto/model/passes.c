@@ -325,7 +325,8 @@ int64_t entries(int64_t n, const int64_t *graph, const uint32_t *tid, const uint
    in graph `graph`, 0 <= graph < graphs), as layout.flow_ids gives them: a flow's number in
    its graph modulo the most flows that start while any one is open (from it on, up to its
    end), plus 1; or its number in all modulo that, plus 1, where a flow would start while
-   another of its id is open: in `ids`. Returns 0, or -1 where memory ran out. */
+   another of its id is open: in `ids`. Times are nanoseconds, never INT64_MIN (an id's "open
+   until" before its first flow). Returns 0, or -1 where memory ran out. */
 int64_t flow_ids(int64_t n, const int64_t *begin, const int64_t *end, const int64_t *graph,
                  int64_t graphs, int64_t *ids) {
     int64_t cycle = 1;
@@ -343,21 +344,19 @@ int64_t flow_ids(int64_t n, const int64_t *begin, const int64_t *end, const int6
         }
         if (hi - i > cycle) cycle = hi - i;
     }
-    int64_t *counts = calloc(graphs + 1, sizeof *counts);
-    int64_t *open_until = malloc((cycle + 1) * sizeof *open_until);
-    uint8_t *opened = calloc(cycle + 1, 1);
-    int64_t ok = counts != NULL && open_until != NULL && opened != NULL ? 0 : -1;
+    int64_t *counts = calloc(graphs + 1, sizeof *counts);  /* + 1: never calloc(0) */
+    int64_t *open_until = malloc((cycle + 1) * sizeof *open_until);  /* by id: none yet */
+    int64_t ok = counts != NULL && open_until != NULL ? 0 : -1;
+    for (int64_t id = 0; ok == 0 && id <= cycle; id++) open_until[id] = INT64_MIN;
     int shared = 0;
     for (int64_t i = 0; ok == 0 && i < n; i++) {
         int64_t id = counts[graph[i]]++ % cycle + 1;
-        shared |= opened[id] && begin[i] <= open_until[id];
-        open_until[id] = opened[id] && open_until[id] > end[i] ? open_until[id] : end[i];
-        opened[id] = 1;
+        shared |= begin[i] <= open_until[id];
+        if (end[i] > open_until[id]) open_until[id] = end[i];
         ids[i] = id;
     }
     for (int64_t i = 0; ok == 0 && shared && i < n; i++) ids[i] = i % cycle + 1;
     free(counts);
     free(open_until);
-    free(opened);
     return ok;
 }
