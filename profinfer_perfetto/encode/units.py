@@ -55,11 +55,14 @@ UNIT_EVENTS = 250_000
 SEQUENCE_STRIDE = 1 << 16
 """Sequence ids a unit may use (its threads', once per start of its tables)."""
 MAX_WORKERS = 16
-MIN_CPUS = 3
-"""The fewest CPUs on which record writes in units: on two (2026-12-07, the `write` bench's 3 M
-events) units by two workers took 1.79-1.92 s and 3.4-3.55 CPU s, the pipelined threads 1.91-1.96
-s and 3.0 CPU s; each CPU more takes a share of the units' CPU off the wall time."""
+MIN_CPUS = 2
+"""The fewest CPUs on which record writes in units. On two, 3.04 M events of the `write` bench's
+records (2026-12-08, 8 rounds in turns): two workers took 0.53-0.94 of the pipelined threads'
+wall time in every round (3.0-5.2 s against 3.2-8.8), for 1.03-1.16 times their CPU; the
+threads share one interpreter's lock, and lose most where the machine is loaded. Each CPU more
+takes a share of the units' CPU off the wall time."""
 _PR_SET_PDEATHSIG = 1
+_BLAS_THREADS = "OPENBLAS_NUM_THREADS"
 
 Totals = dict[tuple[int, int], int]
 """(tid, counter) -> a count (Continuation.counter_totals)."""
@@ -237,14 +240,33 @@ def _start(size: int) -> list[_Worker]:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     started = []
-    for _ in range(size):
-        ours, theirs = context.Pipe()
-        process = context.Process(target=_serve, args=(theirs,), daemon=True,
-                                  name="trace unit writer")
-        process.start()
-        theirs.close()
-        started.append(_Worker(process, ours))
+    with _no_blas_pool():
+        for _ in range(size):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_serve, args=(theirs,), daemon=True,
+                                      name="trace unit writer")
+            process.start()
+            theirs.close()
+            started.append(_Worker(process, ours))
     return started
+
+
+@contextlib.contextmanager
+def _no_blas_pool() -> Iterator[None]:
+    """The forkserver (started by the first worker's start) told to start no OpenBLAS thread
+    pool: the workers use no BLAS, and the pool numpy's import starts spins a while (starting
+    two workers took 0.37 s of the machine's CPU, 0.24 so told: 2026-12-08, 3 runs each). Only
+    while the workers start: the target, should the recorder start one, inherits the
+    recorder's environment as it was."""
+    before = os.environ.get(_BLAS_THREADS)
+    os.environ[_BLAS_THREADS] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[_BLAS_THREADS]
+        else:
+            os.environ[_BLAS_THREADS] = before
 
 
 @dataclass

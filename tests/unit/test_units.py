@@ -136,3 +136,18 @@ def test_a_unit_reaches_its_worker_whole_and_writable(counting: Recording) -> No
             assert came.flags.writeable
     ours.send(None)
     assert units.received_unit(theirs) is None
+
+
+@pytest.mark.parametrize("own", [None, "4"])
+def test_the_blas_pool_is_refused_only_while_workers_start(
+        own: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forkserver's environment says no OpenBLAS threads; the recorder's (which a target it
+    starts inherits) is as it was before and after, set or not."""
+    name = "OPENBLAS_NUM_THREADS"
+    if own is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, own)
+    with units._no_blas_pool():
+        assert os.environ[name] == "1"
+    assert os.environ.get(name) == own
