@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.run import Recording
+from profinfer_perfetto.capture.events import Kind
+from profinfer_perfetto.capture.run import Recording, Records
 from profinfer_perfetto.encode import units
 from profinfer_perfetto.encode.stream import TraceStream, part_path, write_trace
 from profinfer_perfetto.encode.units import UnitsWritten
-from profinfer_perfetto.model.chunks import Chunker
+from profinfer_perfetto.model.chunks import Chunk, Chunker
 from profinfer_perfetto.model.trace_model import Continuation
 from profinfer_perfetto.query.engines import EngineChoice
 from profinfer_perfetto.query.metrics import canned
@@ -151,3 +152,14 @@ def test_the_blas_pool_is_refused_only_while_workers_start(
     with units._no_blas_pool():
         assert os.environ[name] == "1"
     assert os.environ.get(name) == own
+
+
+@pytest.mark.parametrize("kind", [None, Kind.VK_NODE, Kind.BLAS_NODE, Kind.HOST_CALL_BEGIN])
+def test_a_chunk_with_another_backends_records_is_not_countable(kind: Kind | None) -> None:
+    """The CPU backend's chunk is; one record of a split's copies anywhere in it is not."""
+    rec = synthetic.decode_run(2, steps=2)
+    chunk = Chunk(**vars(Records(rec.events.copy(), rec.nodes, rec.routes, rec.batches,
+                                 rec.sched)), end_ns=rec.run.end_ns)
+    if kind is not None:
+        chunk.events["kind"][len(chunk.events) // 2] = kind
+    assert units.countable(rec.run, chunk) == (kind is None)
