@@ -56,6 +56,12 @@ def process_cmdline(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
+def goes_on(pid: int) -> bool:
+    """Whether process `pid` is there and not a zombie (one that exited, not yet reaped)."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
 def is_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -61,7 +61,8 @@ pipelined threads): two workers took 0.53-0.94 of the threads' wall time on the 
 3.04 M events (8 rounds), then 0.76-1.07 (6 rounds: 5 faster), for 1.03-1.18 times their CPU;
 0.62-0.88 on a real llama-server's 4.2 M (3 rounds). The threads share one interpreter's lock,
 and lose most where the machine is loaded. Each CPU more takes a share of the units' CPU off
-the wall time."""
+the wall time. Where the target goes on computing beside the write, record keeps one sequence
+(commands/record.py)."""
 _PR_SET_PDEATHSIG = 1
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"
 _SPLIT_KINDS = (Kind.VK_NODE, Kind.BLAS_NODE, Kind.HOST_CALL_BEGIN)
