@@ -31,9 +31,11 @@ import ctypes
 import io
 import itertools
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
@@ -64,7 +66,8 @@ and lose most where the machine is loaded. Each CPU more takes a share of the un
 the wall time. Where the target goes on computing beside the write, record keeps one sequence
 (commands/record.py)."""
 _PR_SET_PDEATHSIG = 1
-_BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+_WORKER_ENV = "profinfer_perfetto.encode.worker_env"
+"""The module the forkserver imports first (by name: importing it sets its environment)."""
 _SPLIT_KINDS = (Kind.VK_NODE, Kind.BLAS_NODE, Kind.HOST_CALL_BEGIN)
 """Records of another backend's ops, whose split copies are recognized from the chunks
 before."""
@@ -244,36 +247,36 @@ def _start(size: int) -> list[_Worker]:
     children do, each imports the parent's main module first: the console script and `python -m
     profinfer_perfetto` guard their main; a script that does not, or one read from stdin, makes
     the workers die and the write fail (WorkerFailed)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context = _context()
     started = []
-    with _no_blas_pool():
-        for _ in range(size):
-            ours, theirs = context.Pipe()
-            process = context.Process(target=_serve, args=(theirs,), daemon=True,
-                                      name="trace unit writer")
-            process.start()
-            theirs.close()
-            started.append(_Worker(process, ours))
+    for _ in range(size):
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_serve, args=(theirs,), daemon=True,
+                                  name="trace unit writer")
+        process.start()
+        theirs.close()
+        started.append(_Worker(process, ours))
     return started
 
 
-@contextlib.contextmanager
-def _no_blas_pool() -> Iterator[None]:
-    """The forkserver (started by the first worker's start) told to start no OpenBLAS thread
-    pool: the workers use no BLAS, and the pool numpy's import starts spins a while (starting
-    two workers took 0.37 s of the machine's CPU, 0.24 so told: 2026-12-08, 3 runs each). Only
-    while the workers start: the target, should the recorder start one, inherits the
-    recorder's environment as it was."""
-    before = os.environ.get(_BLAS_THREADS)
-    os.environ[_BLAS_THREADS] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[_BLAS_THREADS]
-        else:
-            os.environ[_BLAS_THREADS] = before
+def _context() -> multiprocessing.context.ForkServerContext:
+    """The forkserver's, which imports worker_env (before numpy) and this module."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([_WORKER_ENV, __name__])
+    return context
+
+
+def prepare() -> None:
+    """Start the forkserver the workers come from (about 0.4 s on this VM: it imports numpy and
+    this module) in the background, for a write to come. Whatever fails here is left for the
+    workers' start, which tries again."""
+    _context()
+
+    def start() -> None:
+        with contextlib.suppress(Exception):
+            multiprocessing.forkserver.ensure_running()
+
+    threading.Thread(target=start, daemon=True, name="forkserver start").start()
 
 
 @dataclass

@@ -5,7 +5,9 @@ both engines; how many workers wrote it does not change a byte."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -139,19 +141,23 @@ def test_a_unit_reaches_its_worker_whole_and_writable(counting: Recording) -> No
     assert units.received_unit(theirs) is None
 
 
-@pytest.mark.parametrize("own", [None, "4"])
-def test_the_blas_pool_is_refused_only_while_workers_start(
-        own: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The forkserver's environment says no OpenBLAS threads; the recorder's (which a target it
-    starts inherits) is as it was before and after, set or not."""
-    name = "OPENBLAS_NUM_THREADS"
-    if own is None:
-        monkeypatch.delenv(name, raising=False)
-    else:
-        monkeypatch.setenv(name, own)
-    with units._no_blas_pool():
-        assert os.environ[name] == "1"
-    assert os.environ.get(name) == own
+def test_the_forkserver_alone_refuses_the_blas_pool() -> None:
+    """worker_env, which the forkserver imports first, leaves a process that then imports numpy
+    with one thread (no OpenBLAS pool); the recorder, which imports units, keeps its own
+    environment (a target it starts inherits it)."""
+    code = ("import os, {0}, numpy; print(len(os.listdir('/proc/self/task')), "
+            "os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def said(module: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code.format(module)], env=env, check=True,
+                              capture_output=True, text=True).stdout.split()
+
+    units._context()  # the forkserver's preload: worker_env first, before numpy
+    preload = multiprocessing.forkserver._forkserver._preload_modules  # type: ignore[attr-defined]
+    assert preload[0] == units._WORKER_ENV
+    assert said(units._WORKER_ENV) == ["1", "1"]
+    assert said(units.__name__)[1] == "None"
 
 
 @pytest.mark.parametrize("kind", [None, Kind.VK_NODE, Kind.BLAS_NODE, Kind.HOST_CALL_BEGIN])
