@@ -96,7 +96,7 @@ def test_records_stay_after_a_ctrl_c_while_the_trace_is_written(
     output = tmp_path / "run.pftrace"
     monkeypatch.setattr(record_module, "record", _fake_record(rec))
 
-    def interrupted(*args: object) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(record_module, "write_trace", interrupted)
