@@ -325,7 +325,7 @@ class RecordCommand:
         units cannot count), start the workers' forkserver now, beside the probes' compile,
         while the target waits: started after the run, it held the write up 0.4 s."""
         if (self.request.command and follow is not True and not self.request.sched
-                and units.workers() >= units.MIN_CPUS):
+                and units.workers() > 0):
             units.prepare()
 
     def _after(self, spill: Spill, recording: Recording) -> TraceStream | UnitsWritten:
