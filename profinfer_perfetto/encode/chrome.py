@@ -60,6 +60,7 @@ def _timeline(layout: Layout) -> Iterator[Event]:
     pid, tracks = layout.pid, layout.tracks
     tid_of = [t.tid if t.kind in (TrackKind.THREAD, TrackKind.COUNTER) else 0 for t in tracks]
     flows_out, flows_in = _flow_ids(layout)
+    row_args = _row_args(layout)
     rows = zip(layout.ts.tolist(), layout.type.tolist(), layout.track.tolist(),
                layout.name.tolist(), layout.args.tolist(), layout.desc.tolist(),
                layout.value.tolist(), layout.counter_track.tolist(),
@@ -72,7 +73,10 @@ def _timeline(layout: Layout) -> Iterator[Event]:
             yield {"ph": "C", "name": tracks[track].name, "pid": pid, "ts": us,
                    "args": {"value": value}}
             continue
-        yield _slice_event(layout, EventType(typ), tid, us, name, args, desc, deltas)
+        event = _slice_event(layout, EventType(typ), tid, us, name, args, desc, deltas)
+        if row in row_args:
+            event["args"] = event.get("args", {}) | row_args[row]
+        yield event
         for flow in flows_out.get(row, ()):
             yield {"ph": "s", "id": flow, "name": "dag", "cat": "dag", "pid": pid, "tid": tid,
                    "ts": us}
@@ -83,6 +87,15 @@ def _timeline(layout: Layout) -> Iterator[Event]:
             if counter_track >= 0:
                 yield {"ph": "C", "name": tracks[counter_track].name, "pid": pid, "ts": us,
                        "args": {"value": v}}
+
+
+def _row_args(layout: Layout) -> dict[int, dict[str, int]]:
+    """Layout row -> its row args (Layout.row_args)."""
+    found: dict[int, dict[str, int]] = {}
+    for arg in layout.row_args:
+        for row, value in zip(arg.rows.tolist(), arg.values.tolist(), strict=True):
+            found.setdefault(row, {})[arg.key] = value
+    return found
 
 
 def _slice_event(layout: Layout, typ: EventType, tid: int, us: float, name: int, args: int,

@@ -278,7 +278,7 @@ def write_perfetto(layout: Layout, out: IO[bytes], written: Written | None = Non
     interned = written.interned
     interned.add(layout)
     counter_iids = [interned.name(counter_arg(c)) for c in layout.counter_names]
-    descs = _descriptions(layout, written)
+    descs = _row_annotations(layout, written)
     sequences = _Sequences(layout, written)
     t0 = int(layout.ts[0]) if len(layout) else 0
 
@@ -351,11 +351,8 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
     written.numbered += len(new)
     # Each used description's reference, then each new one's with its args.
     numbers = number[np.concatenate([used, new])]
-    prefix = _ANNOTATION_NAME + varint(written.interned.name(DESC_ARG)) + _INT_VALUE
     p = Pieces(len(numbers))
-    p.varint(_ANNOTATION, len(prefix) + varint_sizes(numbers))
-    p.constant(prefix)
-    p.varint(b"", numbers)
+    _int_annotation(p, _int_prefix(written.interned.name(DESC_ARG)), numbers)
     full = len(used) + np.arange(len(new))
     source, blob_start, blob_size = written.interned.table
     p.add(source, blob_start[new], blob_size[new], full)
@@ -365,6 +362,47 @@ def _descriptions(layout: Layout, written: Written) -> _Bytes:
     full_rows = rows[first[is_new]]
     start[full_rows], length[full_rows] = (end - size)[full], size[full]
     return data, start, length
+
+
+def _row_annotations(layout: Layout, written: Written) -> _Bytes:
+    """By row, the debug annotations it carries beside its arg set: its node description's
+    (_descriptions), then its row args' (Layout.row_args), in their order. The row args are
+    rendered one entry each, a row's together, so a row's bytes are a run of entries."""
+    data, start, length = _descriptions(layout, written)
+    args = layout.row_args
+    count = [len(a.rows) for a in args]
+    if not sum(count):
+        return data, start, length
+    order = np.argsort(np.concatenate([a.rows for a in args]), kind="stable")
+    row = np.concatenate([a.rows for a in args])[order]
+    iid = np.repeat([written.interned.name(a.key) for a in args], count)[order]
+    values = np.concatenate([a.values for a in args])[order]
+    heads = np.flatnonzero(np.diff(row, prepend=-1))
+    p = Pieces(len(row))
+    p.add(data, start[row[heads]], length[row[heads]], heads)
+    p.varint(_ANNOTATION, len(_ANNOTATION_NAME) + varint_sizes(iid) + len(_INT_VALUE)
+             + varint_sizes(values))
+    p.varint(_ANNOTATION_NAME, iid)
+    p.constant(_INT_VALUE)
+    p.varint(b"", values)
+    more, end = p.render()
+    first = np.append(0, end[:-1])[heads]
+    start[row[heads]] = len(data) + first
+    length[row[heads]] = np.append(first[1:], end[-1]) - first
+    return np.concatenate([data, more]), start, length
+
+
+def _int_prefix(name_iid: int) -> bytes:
+    """An int debug annotation's bytes before its value: its interned name, the value's tag."""
+    return _ANNOTATION_NAME + varint(name_iid) + _INT_VALUE
+
+
+def _int_annotation(p: Pieces, prefix: bytes, values: np.ndarray,
+                    at: np.ndarray | None = None) -> None:
+    """An int debug annotation on each row (or on the rows `at`), one value each."""
+    p.varint(_ANNOTATION, len(prefix) + varint_sizes(values), at)
+    p.constant(prefix, at)
+    p.varint(b"", values, at)
 
 
 class _Events:
@@ -392,8 +430,7 @@ class _Events:
         """By track: not its sequence's default track (its events name it)."""
         # What a packet on a sequence starts with: the sequence id, flags.
         self.seq_head = _table([_SEQUENCE_ID + varint(i) + _FLAGS for i in self.ids.tolist()])
-        self.counter_prefix = [_ANNOTATION_NAME + varint(iid) + _INT_VALUE
-                               for iid in counter_iids]
+        self.counter_prefix = [_int_prefix(iid) for iid in counter_iids]
         renderer = native.RENDERER
         self.sampled = (_changes(layout.counter_track, layout.counter_value) if renderer is None
                         else renderer.changes(layout.counter_track, layout.counter_value,
@@ -482,9 +519,7 @@ class _Numpy:
         _add(p, self.body, rows)
         for c, prefix in enumerate(e.counter_prefix):
             at = np.flatnonzero(f.count[:, c] >= 0)
-            p.varint(_ANNOTATION, len(prefix) + varint_sizes(f.count[at, c]), at)
-            p.constant(prefix, at)
-            p.varint(b"", f.count[at, c], at)
+            _int_annotation(p, prefix, f.count[at, c], at)
         at = np.flatnonzero(f.is_counter)
         p.fixed64(_DOUBLE_COUNTER, e.layout.value[rows[at]], at)
         for flows in self.flows:

@@ -140,9 +140,23 @@ class Layout:
     would cost trace_processor a parse per op)."""
     sched: Scheduling | None = None
     """With --sched: the context switches and wakeups, written as Perfetto's own sched data."""
+    row_args: list[RowArgs] = field(default_factory=list)
+    """Int args of single rows beside their arg sets, in this order: those that differ from row
+    to row (a step's number), which an arg set would hold for one row only."""
 
     def __len__(self) -> int:
         return len(self.ts)
+
+
+@dataclass(frozen=True)
+class RowArgs:
+    """An int arg, `key`, of some rows (in writing order): `values`, one per row. A token step's
+    number as an arg set of its own cost its slice 1 µs or more per arg (interned, then
+    serialized, once for one row); as columns, a few numpy passes per layout."""
+
+    key: str
+    rows: np.ndarray
+    values: np.ndarray
 
 
 def _shape(ne: np.ndarray) -> str:
@@ -269,6 +283,15 @@ class _Rows:
         self._parts: dict[str, list[np.ndarray]] = {f: [] for f in self._FIELDS}
         self._sizes: list[int] = []
         self.count = 0
+        self._ints: list[tuple[str, np.ndarray, np.ndarray]] = []
+
+    def ints(self, key: str, rows: np.ndarray, values: npt.ArrayLike) -> None:
+        """An int arg `key` of rows (their ids), one value each."""
+        self._ints.append((key, rows, np.asarray(values, np.int64)))
+
+    def row_args(self, rank: np.ndarray) -> list[RowArgs]:
+        """The int args of rows, at their rows' places in writing order (`rank`)."""
+        return [RowArgs(key, rank[rows], values) for key, rows, values in self._ints]
 
     def add(self, ts: npt.ArrayLike, type: EventType, track: npt.ArrayLike, *,
             name: npt.ArrayLike = -1, args: npt.ArrayLike = -1, desc: npt.ArrayLike = -1,
@@ -448,34 +471,39 @@ class _LayoutBuilder:
             counter_names=list(model.run.counters),
             counter_delta=counter_delta,
             sched=model.sched,
+            row_args=self.rows.row_args(rank),
         )
 
     def token_steps(self, thread: dict[int, int], batches: list[StepBatch]) -> None:
         tok = self.model.tokens
         phase_arg, tokens_arg, sequences_arg, pos_arg, step_arg, complete_arg = STEP_ARGS
-        first = self.model.cont.first_step
         names = [self.strings(b.phase) for b in batches]
-        args = [self.arg_set((
-            (phase_arg, b.phase), (tokens_arg, b.n_tokens), (sequences_arg, b.sequences),
-            *(() if b.pos is None else ((pos_arg, b.pos),)), (step_arg, step),
-            (complete_arg, complete)))
-            for step, b, complete in zip(range(first, first + len(batches)), batches,
-                                         tok.complete.tolist(), strict=True)]
+        args = [self.arg_set(((phase_arg, b.phase), (tokens_arg, b.n_tokens),
+                              (sequences_arg, b.sequences), (complete_arg, complete)))
+                for b, complete in zip(batches, tok.complete.tolist(), strict=True)]
         tracks = [thread[t] for t in tok.tid.tolist()]
-        self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
+        rows, _ = self.rows.slices(tracks, tok.begin, tok.end, 0, names, args)
+        self._positions(pos_arg, rows, [b.pos for b in batches])
+        self.rows.ints(step_arg, rows, self.model.cont.first_step + np.arange(len(batches)))
+
+    def _positions(self, key: str, rows: np.ndarray, pos: list[int | None]) -> None:
+        """Token positions as the int arg `key` of rows (none where a batch does not say)."""
+        said = [(i, p) for i, p in enumerate(pos) if p is not None]
+        self.rows.ints(key, rows[[i for i, _ in said]], [p for _, p in said])
 
     def graphs(self, thread: dict[int, int]) -> None:
         """Each graph on its calling thread, and on every thread that ran ops of it."""
         model, gr = self.model, self.model.graphs
         first_step, first_graph = model.cont.first_step, model.cont.first_graph
-        step = [s if s < 0 else first_step + s for s in model.tokens.containing(gr.begin).tolist()]
+        step = model.tokens.containing(gr.begin)
+        step = np.where(step < 0, step, first_step + step)
         named = {b: backend_name(model.run.ggml, b) for b in sorted_unique(gr.aux).tolist()}
         backends = [named[b] for b in gr.aux.tolist()]
-        values = zip(range(first_graph, first_graph + len(gr)), backends, step,
-                     (gr.arg1 & 0xFFFFFFFF).tolist(), (gr.arg1 >> 32).tolist(),
+        graph_arg, backend_arg, step_arg, *shared = GRAPH_ARGS
+        values = zip(backends, (gr.arg1 & 0xFFFFFFFF).tolist(), (gr.arg1 >> 32).tolist(),
                      gr.complete.tolist(), strict=True)
-        args = np.array([self.arg_set(tuple(zip(GRAPH_ARGS, v, strict=True))) for v in values],
-                        np.int64)
+        args = np.array([self.arg_set(((backend_arg, b), *zip(shared, v, strict=True)))
+                         for b, *v in values], np.int64)
         # (thread, graph) pairs, by thread then graph: the calling thread's and the ops'.
         count = max(len(gr), 1)
         shown = sorted_unique(np.concatenate([
@@ -485,9 +513,11 @@ class _LayoutBuilder:
         depth = np.isin(tid, model.tokens.tid).astype(np.int64)
         name = np.array([self.strings(graph_slice(b)) for b in backends], np.int64)
         for d in (0, 1):
-            sel = depth == d
-            self.rows.slices([thread[t] for t in tid[sel].tolist()], gr.begin[graph[sel]],
-                             gr.end[graph[sel]], d, name[graph[sel]], args[graph[sel]])
+            of = graph[depth == d]
+            rows, _ = self.rows.slices([thread[t] for t in tid[depth == d].tolist()],
+                                       gr.begin[of], gr.end[of], d, name[of], args[of])
+            self.rows.ints(graph_arg, rows, first_graph + of)
+            self.rows.ints(step_arg, rows, step[of])
 
     def ops(self, thread: dict[int, int], caller: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Op slices, then their barrier waits, one level below their graph, and the waits
@@ -657,18 +687,17 @@ class _LayoutBuilder:
         for step, batch in enumerate(batches):
             for run in batch.runs:
                 rows.setdefault(run.seq, []).append((step, run.n_tokens, run.seq, run.pos))
-        first_step = self.model.cont.first_step
         seq_arg, step_arg, tokens_arg, pos_arg = SEQ_ARGS
         for seq, steps in sorted(rows.items()):
             track = self.track(Track((5 << 32) | (seq & 0xFFFFFFFF), TrackKind.GLOBAL,
                                      f"{SEQUENCE_TRACK} {seq}", parent=1))
             at = np.array([step for step, *_ in steps], np.int64)
-            self.rows.slices(
+            first, _ = self.rows.slices(
                 track, tok.begin[at], tok.end[at], 0,
                 [self.strings(PROMPT_SLICE if n > 1 else GENERATE_SLICE) for _, n, _, _ in steps],
-                [self.arg_set(((seq_arg, seq), (step_arg, first_step + step), (tokens_arg, n),
-                               *([] if pos is None else [(pos_arg, pos)])))
-                 for step, n, seq, pos in steps])
+                [self.arg_set(((seq_arg, seq), (tokens_arg, n))) for _, n, seq, _ in steps])
+            self.rows.ints(step_arg, first, self.model.cont.first_step + at)
+            self._positions(pos_arg, first, [pos for *_, pos in steps])
 
     def tokens_per_second(self) -> None:
         tok = self.model.tokens

@@ -203,7 +203,7 @@ def test_a_layout_without_events_writes_its_tracks(tmp_path: Path) -> None:
     layout = build_layout(build(synthetic.decode_run(3, steps=2)))
     rows = {f.name for f in dataclasses.fields(layout)
             if isinstance(getattr(layout, f.name), np.ndarray) and f.name != "flows"}
-    empty = dataclasses.replace(layout, flows=layout.flows[:0],
+    empty = dataclasses.replace(layout, flows=layout.flows[:0], row_args=[],
                                 **{name: getattr(layout, name)[:0] for name in rows})
     paths = {name: tmp_path / f"{name}.pftrace" for name in ("empty", "full", "full+empty")}
     with paths["empty"].open("wb") as out:

@@ -110,6 +110,19 @@ def test_the_tables_grow_with_what_nodes_say_not_how_often_they_are_described(
         assert len(tables.contents) == 2 * 6 * len(synthetic.LAYER_OPS)
     assert tables.generation == 0
 
+
+def test_the_tables_do_not_grow_with_the_steps() -> None:
+    """A step's, a graph's and a sequence slice's numbers are row args (Layout.row_args), not
+    arg sets of their own: 40 steps intern what 5 do; the trace still says every number."""
+    held = []
+    for steps in (5, 40):
+        tables = Tables()
+        laid = build_layout(build(synthetic.decode_run(4, steps=steps)), tables)
+        held.append((len(tables.strings), len(tables.arg_sets)))
+        numbers = {a.key: sorted(a.values.tolist()) for a in laid.row_args if a.key == "step"}
+        assert numbers == {"step": list(range(steps + 1))}
+    assert held[0] == held[1]
+
 def test_a_trace_cut_while_written_reads_up_to_its_last_whole_packet(tmp_path: Path) -> None:
     """A recorder killed mid-write leaves OUTPUT.part ending in a partial packet: queries read
     the whole packets before it, say so, and answer as trace_processor reads the file."""
