@@ -55,7 +55,7 @@ from profinfer_perfetto.model.names import (
     src_arg,
     work_track,
 )
-from profinfer_perfetto.model.records import dense_unique, first_rows, sorted_unique, threads_of
+from profinfer_perfetto.model.records import dense_unique, sorted_unique, threads_of
 from profinfer_perfetto.model.trace_model import (
     Ops,
     Routing,
@@ -141,8 +141,8 @@ class Layout:
     sched: Scheduling | None = None
     """With --sched: the context switches and wakeups, written as Perfetto's own sched data."""
     row_args: list[RowArgs] = field(default_factory=list)
-    """Int args of single rows beside their arg sets, in this order: those that differ from row
-    to row (a step's number), which an arg set would hold for one row only."""
+    """Int args that differ from row to row (a step's number, which an arg set would hold for
+    one row only), written after each row's arg set, in this list's order."""
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -259,19 +259,6 @@ def _distinct(columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     which = np.empty(len(order), np.int64)
     which[order] = np.cumsum(new) - 1
     return order[new], which
-
-
-def _equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of bytes (a 2-D uint8 array) that are equal: the first row of each distinct one, in
-    row order, and each row's among them. By a dictionary of their bytes: a lexsort of their
-    64-bit words (123 for a content key, when keys were padded to whole words) took 1.7 times
-    as long (2026-12-02: 256 ms against 155 for the 190 k content keys of 30 s of a
-    llama-server's records)."""
-    index: dict[bytes, int] = {}
-    data, width = np.ascontiguousarray(rows).tobytes(), rows.shape[1]
-    of_row = np.array([index.setdefault(data[at:at + width], len(index))
-                       for at in range(0, len(data), width)], np.int64)
-    return first_rows(of_row, len(index)), of_row
 
 
 class _Rows:
@@ -526,8 +513,7 @@ class _LayoutBuilder:
         Returns the begin and end row of each op's slice.
         """
         model, ops, nodes = self.model, self.model.ops, self.model.nodes
-        ids = self._node_ids(ops.node, ops.fused)
-        name, args = ids[:, 0], ids[:, 1].copy()
+        name, args = self._node_ids(ops.node, ops.fused)
         routed = np.flatnonzero(np.isin(ops.node, list(model.routing)))
         routed_nodes, first, of_routed = np.unique(ops.node[routed], return_index=True,
                                                    return_inverse=True)
@@ -590,8 +576,8 @@ class _LayoutBuilder:
             args.append(self.arg_set((*self.tables.arg_sets[desc], DEVICE_TIME_ARG)))
         self.rows.slices(track, device.begin, device.end, 1, names, args)
 
-    def _node_ids(self, node: np.ndarray, fused: np.ndarray) -> np.ndarray:
-        """The (name, description) ids of nodes (or fused pairs): nodes of the same descriptors
+    def _node_ids(self, node: np.ndarray, fused: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The name and description ids of nodes (or fused pairs): nodes of the same descriptors
         (a node in graph after graph, a descriptor sent again unchanged) and layers are looked
         up once, and the new ones described in node order."""
         nodes = self.model.nodes
@@ -609,15 +595,18 @@ class _LayoutBuilder:
         np.minimum.at(lowest, which, node * pairs + fused + 1)
         by_use = np.argsort(lowest)
         node, fused = lowest[by_use] // pairs, lowest[by_use] % pairs - 1
+        # Each one's content looked up by its bytes; a content not known yet described at its
+        # first use (a dictionary of the bytes: a lexsort of their 64-bit words took 1.7 times
+        # as long, 2026-12-02, on the 190 k content keys of 30 s of a llama-server's records).
         keys = self._content_keys(node, fused)
-        content, of_key = _equal_rows(keys)
-        found = [self._described(keys[k].tobytes(), int(node[k]), int(fused[k]))
-                 for k in content.tolist()]
-        ids = np.array(found, np.int64).reshape(-1, 2)
-        of_descriptor = np.empty((len(first), 2), np.int64)
-        of_descriptor[by_use] = ids[of_key]
-        of_row: np.ndarray = of_descriptor[which]
-        return of_row
+        data, width, known = keys.tobytes(), keys.shape[1], self.tables.contents
+        found = [known.get(data[at:at + width])
+                 or self._described(data[at:at + width], n, f)
+                 for at, n, f in zip(range(0, len(data), width), node.tolist(), fused.tolist(),
+                                     strict=True)]
+        ids = np.empty((2, len(first)), np.int64)
+        ids[:, by_use] = np.array(found, np.int64).reshape(-1, 2).T
+        return ids[0][which], ids[1][which]
 
     def _content_keys(self, node: np.ndarray, fused: np.ndarray) -> np.ndarray:
         """Each node's (or fused pair's) descriptors but their times, and its layers: a row of
