@@ -373,8 +373,9 @@ def _row_annotations(layout: Layout, written: Written) -> _Bytes:
     count = [len(a.rows) for a in args]
     if not sum(count):
         return data, start, length
-    order = np.argsort(np.concatenate([a.rows for a in args]), kind="stable")
-    row = np.concatenate([a.rows for a in args])[order]
+    row = np.concatenate([a.rows for a in args])
+    order = np.argsort(row, kind="stable")
+    row = row[order]
     iid = np.repeat([written.interned.name(a.key) for a in args], count)[order]
     values = np.concatenate([a.values for a in args])[order]
     heads = np.flatnonzero(np.diff(row, prepend=-1))
