@@ -781,27 +781,29 @@ class StepBatch:
     sequence 0's)."""
 
 
-def _runs(record: np.ndarray) -> tuple[SeqRun, ...]:
-    """The runs a BATCH record names: run r ends where the next one starts (the last one named,
-    at the next one's start or the end of the scan)."""
-    n_runs = int(record["n_runs"])
-    named = min(n_runs, BATCH_RUNS)
-    ends = [*record["start"][1:named].tolist(),
-            int(record["start"][named]) if n_runs > named else int(record["scanned"])]
-    known = bool(record["pos_known"])
-    return tuple(SeqRun(int(record["seq"][r]), int(record["pos"][r]) if known else None,
-                        ends[r] - int(record["start"][r])) for r in range(named))
-
-
 def _step_runs(batches: np.ndarray, tokens: Spans) -> dict[int, tuple[SeqRun, ...]]:
-    """Token step index -> its batch's runs, joined on the step's thread and begin time."""
-    step_at = {(int(t), int(b)): i for i, (t, b) in
+    """Token step index -> the runs its BATCH record names (joined on the step's thread and
+    begin time): run r ends where the next one starts (the last one named, at the next one's
+    start or the end of the scan). The records' fields are read as columns, once: a record's
+    own cost 12 µs (2026-12-08, a server's 26 k steps)."""
+    step_at = {(t, b): i for i, (t, b) in
                enumerate(zip(tokens.tid.tolist(), tokens.begin.tolist(), strict=True))}
+    n_runs = batches["n_runs"].astype(np.int64)
+    named = np.minimum(n_runs, BATCH_RUNS)
+    start = batches["start"].astype(np.int64)
+    end = start[:, 1:BATCH_RUNS + 1].copy()
+    rows = np.flatnonzero(named > 0)
+    end[rows, named[rows] - 1] = np.where(n_runs > named, start[np.arange(len(start)), named],
+                                          batches["scanned"])[rows]
     found = {}
-    for record in batches:
-        step = step_at.get((int(record["tid"]), int(record["ts"])))
+    for tid, ts, count, seq, pos, n_tokens, known in zip(
+            batches["tid"].tolist(), batches["ts"].tolist(), named.tolist(),
+            batches["seq"][:, :BATCH_RUNS].tolist(), batches["pos"][:, :BATCH_RUNS].tolist(),
+            (end - start[:, :BATCH_RUNS]).tolist(), batches["pos_known"].tolist(), strict=True):
+        step = step_at.get((tid, ts))
         if step is not None:
-            found[step] = _runs(record)
+            found[step] = tuple(SeqRun(seq[r], pos[r] if known else None, n_tokens[r])
+                                for r in range(count))
     return found
 
 

@@ -7,11 +7,25 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from profinfer_perfetto.capture.events import NODE, UNKNOWN_POS, Backend, Kind
+from profinfer_perfetto.capture.events import (
+    BATCH,
+    BATCH_RUNS,
+    NODE,
+    UNKNOWN_POS,
+    Backend,
+    Kind,
+)
+from profinfer_perfetto.model import trace_model
 from profinfer_perfetto.model.backends import blas_ops
 from profinfer_perfetto.model.layout import build_layout
 from profinfer_perfetto.model.records import dense_unique, first_rows, sorted_unique, threads_of
-from profinfer_perfetto.model.trace_model import build, layer_of, step_batches, token_phase
+from profinfer_perfetto.model.trace_model import (
+    SeqRun,
+    build,
+    layer_of,
+    step_batches,
+    token_phase,
+)
 from profinfer_perfetto.model.work import op_work
 from tests import synthetic
 
@@ -151,6 +165,26 @@ def test_a_flow_id_comes_back_only_after_its_flow_ended() -> None:
         assert (begin[same][1:] > end[same][:-1]).all(), flow_id
     assert (begin <= end).all() and (out < into).all()
 
+
+
+def test_a_step_s_runs_are_read_from_its_batch_record() -> None:
+    """Run r of a BATCH record ends where run r + 1 starts; the last one named at the start of
+    the next (more runs than BATCH_RUNS) or at the end of the scan; positions only where the
+    record knows them; a record of no step of the chunk is left out."""
+    steps = trace_model.Spans(*(np.array(c) for c in ([7, 7, 8], [100, 200, 300])),
+                              *(np.zeros(3, np.int64) for _ in range(5)))
+    records = np.zeros(4, BATCH)
+    records["tid"], records["ts"] = [7, 8, 7, 9], [100, 300, 200, 100]
+    records["n_runs"], records["scanned"] = [2, 20, 0, 1], [9, 64, 5, 3]
+    records["pos_known"] = [1, 0, 1, 1]
+    records["seq"][0, :2], records["pos"][0, :2], records["start"][0, :2] = [3, 1], [40, 7], [0, 4]
+    records["seq"][1, :BATCH_RUNS] = np.arange(BATCH_RUNS)
+    records["start"][1, :BATCH_RUNS + 1] = 2 * np.arange(BATCH_RUNS + 1)
+    runs = trace_model._step_runs(records, steps)
+    assert runs.keys() == {0, 1, 2}
+    assert runs[0] == (SeqRun(3, 40, 4), SeqRun(1, 7, 5))
+    assert runs[2] == tuple(SeqRun(r, None, 2) for r in range(BATCH_RUNS))
+    assert runs[1] == ()
 
 
 @pytest.mark.parametrize("seed", range(5))
